@@ -1,0 +1,68 @@
+# Run `make help` for the list of targets.
+SHELL := /bin/bash
+GO    ?= go
+BIN   := bin/messaging-api
+
+# The local ActiveMQ Classic that scripts/activemq.sh runs (STOMP on 61623).
+ACTIVEMQ_STOMP_PORT ?= 61623
+LOCAL_BROKER_URL    := stomp://127.0.0.1:$(ACTIVEMQ_STOMP_PORT)?dialect=activemq
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## build bin/messaging-api
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/messaging-api
+
+.PHONY: run
+run: ## run the service with the embedded defaults (SQLite file, in-process broker) on :8080
+	$(GO) run ./cmd/messaging-api serve
+
+.PHONY: run-activemq
+run-activemq: broker-start ## run the service against the local ActiveMQ Classic and PostgreSQL
+	BROKER_URL='$(LOCAL_BROKER_URL)' DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable} \
+		$(GO) run ./cmd/messaging-api serve
+
+.PHONY: test
+test: ## run every test; uses PostgreSQL and starts the local ActiveMQ Classic when it is installed
+	@if bash scripts/activemq.sh installed; then \
+		bash scripts/activemq.sh start && \
+		export BROKER_TEST_URL="$${BROKER_TEST_URL:-$(LOCAL_BROKER_URL)}" \
+		       BROKER_TEST_RESTART_CMD="$${BROKER_TEST_RESTART_CMD:-bash scripts/activemq.sh restart}"; \
+	else \
+		echo "ActiveMQ Classic is not installed (bash scripts/activemq.sh install): broker integration tests will skip"; \
+	fi; \
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+.PHONY: test-short
+test-short: ## unit tests only: no PostgreSQL, no broker
+	$(GO) test -short -count=1 ./...
+
+.PHONY: lint
+lint: ## gofmt, go vet, and golangci-lint when installed
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	@if command -v golangci-lint >/dev/null; then golangci-lint run ./...; else echo "golangci-lint not installed; skipped"; fi
+
+.PHONY: fmt
+fmt: ## format the code
+	gofmt -w $$(git ls-files '*.go')
+
+.PHONY: migrate
+migrate: ## apply migrations to DATABASE_URL and exit
+	$(GO) run ./cmd/messaging-api migrate
+
+.PHONY: broker-install broker-start broker-stop
+broker-install: ## install ActiveMQ Classic from Debian's packages
+	bash scripts/activemq.sh install
+broker-start: ## start the local ActiveMQ Classic in the background (STOMP on 61623)
+	bash scripts/activemq.sh start
+broker-stop: ## stop the local ActiveMQ Classic
+	bash scripts/activemq.sh stop
+
+.PHONY: clean
+clean: ## remove build output and local data
+	rm -rf bin data .local

@@ -1,0 +1,193 @@
+package api
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+)
+
+// Decode reads the JSON request body into v strictly: unknown fields, wrong
+// types and trailing data are errors that name the field, so a typo in a field
+// name is reported rather than silently ignored.
+func Decode(c echo.Context, v any) error {
+	body, err := io.ReadAll(c.Request().Body)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return echo.NewHTTPError(http.StatusRequestEntityTooLarge,
+				fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit))
+		}
+		return fmt.Errorf("read request body: %w", err)
+	}
+	return DecodeBytes(body, v)
+}
+
+// DecodeBytes is Decode for a body already read.
+func DecodeBytes(body []byte, v any) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return &ValidationError{Status: http.StatusBadRequest, Fields: []FieldError{{Field: "body", Message: "a JSON object is required"}}}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return decodeError(err)
+	}
+	if dec.More() {
+		return &ValidationError{Status: http.StatusBadRequest, Fields: []FieldError{{Field: "body", Message: "unexpected data after the JSON value"}}}
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return &ValidationError{Status: http.StatusBadRequest, Fields: []FieldError{{Field: "body", Message: "unexpected data after the JSON value"}}}
+	}
+	return nil
+}
+
+var unknownField = regexp.MustCompile(`^json: unknown field "(.*)"$`)
+
+func decodeError(err error) error {
+	var syntax *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	var field *FieldError
+	switch {
+	case errors.As(err, &field):
+		return &ValidationError{Fields: []FieldError{*field}}
+	case errors.As(err, &syntax):
+		return &ValidationError{Status: http.StatusBadRequest, Fields: []FieldError{{
+			Field: "body", Message: fmt.Sprintf("malformed JSON at byte %d: %s", syntax.Offset, syntax.Error()),
+		}}}
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return &ValidationError{Status: http.StatusBadRequest, Fields: []FieldError{{Field: "body", Message: "malformed JSON: unexpected end"}}}
+	case errors.As(err, &typ):
+		name := fieldPath(typ.Field)
+		if name == "" {
+			name = "body"
+		}
+		return &ValidationError{Fields: []FieldError{{Field: name, Message: "must be " + jsonKind(typ.Type.Kind().String(), typ.Value)}}}
+	}
+	if m := unknownField.FindStringSubmatch(err.Error()); m != nil {
+		return &ValidationError{Fields: []FieldError{{Field: m[1], Message: "unknown field"}}}
+	}
+	return &ValidationError{Status: http.StatusBadRequest, Fields: []FieldError{{Field: "body", Message: err.Error()}}}
+}
+
+// fieldPath turns encoding/json's "eventTypes.0.versions" into "eventTypes[0].versions".
+func fieldPath(p string) string {
+	parts := strings.Split(p, ".")
+	var b strings.Builder
+	for _, part := range parts {
+		if _, err := strconv.Atoi(part); err == nil && b.Len() > 0 {
+			b.WriteString("[" + part + "]")
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(part)
+	}
+	return b.String()
+}
+
+func jsonKind(goKind, got string) string {
+	want := map[string]string{
+		"string": "a string", "bool": "a boolean", "slice": "an array", "array": "an array",
+		"map": "an object", "struct": "an object",
+		"int": "an integer", "int8": "an integer", "int16": "an integer", "int32": "an integer", "int64": "an integer",
+		"uint": "a non-negative integer", "uint8": "a non-negative integer", "uint16": "a non-negative integer",
+		"uint32": "a non-negative integer", "uint64": "a non-negative integer",
+		"float32": "a number", "float64": "a number",
+	}[goKind]
+	if want == "" {
+		want = "of another type"
+	}
+	if got != "" {
+		return want + ", not " + got
+	}
+	return want
+}
+
+// Error lets a FieldError travel through encoding/json from a custom
+// UnmarshalJSON and come out naming its field.
+func (f *FieldError) Error() string { return f.Field + ": " + f.Message }
+
+// Nullable is a request field that distinguishes absent (Set false), null
+// (Null true) and a value, as a JSON merge patch needs.
+type Nullable[T any] struct {
+	Set   bool
+	Null  bool
+	Value T
+}
+
+// UnmarshalJSON records that the field was present.
+func (n *Nullable[T]) UnmarshalJSON(b []byte) error {
+	n.Set = true
+	if string(b) == "null" {
+		n.Null = true
+		return nil
+	}
+	return json.Unmarshal(b, &n.Value)
+}
+
+// Ptr returns nil for absent or null, else a pointer to the value.
+func (n Nullable[T]) Ptr() *T {
+	if !n.Set || n.Null {
+		return nil
+	}
+	v := n.Value
+	return &v
+}
+
+// EncodeCursor makes an opaque page cursor from the sort key of the last item.
+func EncodeCursor(key string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(key))
+}
+
+// DecodeCursor reverses EncodeCursor; "" means the first page.
+func DecodeCursor(cursor string) (string, error) {
+	if cursor == "" {
+		return "", nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(cursor)
+	if err != nil || len(b) == 0 {
+		return "", Invalid("cursor", "is not a cursor this API returned")
+	}
+	return string(b), nil
+}
+
+// Page is the query of a list request.
+type Page struct {
+	Limit int
+	After string // sort key to start after; "" for the first page
+}
+
+// ParsePage reads ?limit= (1..max, default def) and ?cursor=.
+func ParsePage(c echo.Context, def, max int) (Page, error) {
+	var p Problems
+	page := Page{Limit: def}
+	if s := c.QueryParam("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > max {
+			p.Add("limit", fmt.Sprintf("must be an integer from 1 to %d", max))
+		}
+		page.Limit = n
+	}
+	after, err := DecodeCursor(c.QueryParam("cursor"))
+	if err != nil {
+		p.Add("cursor", "is not a cursor this API returned")
+	}
+	page.After = after
+	return page, p.Err()
+}
+
+// List is the shape of every list response.
+type List[T any] struct {
+	Items      []T    `json:"items"`
+	NextCursor string `json:"nextCursor,omitempty"`
+}

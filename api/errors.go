@@ -1,0 +1,75 @@
+// Package api holds what every HTTP handler of the service shares: the error
+// kinds features wrap their sentinels around, RFC 9457 problem details, strict
+// JSON decoding that names the offending field, nullable fields for PATCH, and
+// opaque pagination cursors.
+package api
+
+import (
+	"errors"
+	"strings"
+)
+
+// Error kinds. Features declare their own sentinels wrapping one of these
+// (fmt.Errorf("room %w", api.ErrNotFound)); the error handler maps the kind to
+// a status with errors.Is, so the text of the sentinel reaches the client.
+var (
+	ErrNotFound    = errors.New("not found")
+	ErrConflict    = errors.New("conflict")
+	ErrUnavailable = errors.New("temporarily unavailable")
+)
+
+// FieldError says what is wrong with one field. Field is a dotted path into the
+// request (`eventTypes[0].versions[1]`), or a query or path parameter name.
+type FieldError struct {
+	Field   string `json:"field"`
+	Message string `json:"message"`
+}
+
+// ValidationError lists every problem found in a request (422, or 400 when
+// the body is not JSON at all).
+type ValidationError struct {
+	Status int // 0 means 422
+	Fields []FieldError
+}
+
+func (e *ValidationError) Error() string {
+	parts := make([]string, len(e.Fields))
+	for i, f := range e.Fields {
+		parts[i] = f.Field + ": " + f.Message
+	}
+	return "invalid request: " + strings.Join(parts, "; ")
+}
+
+// Invalid is a ValidationError about one field.
+func Invalid(field, format string) *ValidationError {
+	return &ValidationError{Fields: []FieldError{{Field: field, Message: format}}}
+}
+
+// Problems collects field errors while a request is validated.
+type Problems struct {
+	fields []FieldError
+}
+
+// Add records a problem with field.
+func (p *Problems) Add(field, message string) {
+	p.fields = append(p.fields, FieldError{Field: field, Message: message})
+}
+
+// Merge adds the fields of a ValidationError under prefix.
+func (p *Problems) Merge(prefix string, err *ValidationError) {
+	for _, f := range err.Fields {
+		name := f.Field
+		if prefix != "" {
+			name = prefix + "." + name
+		}
+		p.fields = append(p.fields, FieldError{Field: name, Message: f.Message})
+	}
+}
+
+// Err is nil when nothing was added, else a *ValidationError.
+func (p *Problems) Err() error {
+	if len(p.fields) == 0 {
+		return nil
+	}
+	return &ValidationError{Fields: p.fields}
+}

@@ -1,0 +1,98 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+)
+
+// Problem is an RFC 9457 problem details document.
+type Problem struct {
+	Type      string       `json:"type"`
+	Title     string       `json:"title"`
+	Status    int          `json:"status"`
+	Detail    string       `json:"detail,omitempty"`
+	Instance  string       `json:"instance,omitempty"`
+	RequestID string       `json:"requestId,omitempty"`
+	Errors    []FieldError `json:"errors,omitempty"`
+}
+
+// ProblemContentType is the media type of every error response.
+const ProblemContentType = "application/problem+json"
+
+// ErrorHandler turns any error a handler returns into a problem response. It is
+// the one place errors are logged: unknown errors become a generic 500.
+func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
+	return func(err error, c echo.Context) {
+		if c.Response().Committed {
+			return
+		}
+		p := toProblem(err)
+		p.Instance = c.Request().URL.Path
+		p.RequestID = c.Response().Header().Get(echo.HeaderXRequestID)
+		attrs := []any{
+			slog.String("method", c.Request().Method),
+			slog.String("path", c.Request().URL.Path),
+			slog.Int("status", p.Status),
+			slog.String("request_id", p.RequestID),
+		}
+		if p.Status >= 500 {
+			logger.ErrorContext(c.Request().Context(), "request failed", append(attrs, slog.Any("error", err))...)
+		} else {
+			logger.DebugContext(c.Request().Context(), "request rejected", append(attrs, slog.String("error", err.Error()))...)
+		}
+		if p.Status == http.StatusServiceUnavailable || p.Status == http.StatusTooManyRequests {
+			c.Response().Header().Set("Retry-After", "1")
+		}
+		c.Response().Header().Set(echo.HeaderContentType, ProblemContentType)
+		c.Response().WriteHeader(p.Status)
+		if c.Request().Method == http.MethodHead {
+			return
+		}
+		_ = json.NewEncoder(c.Response()).Encode(p)
+	}
+}
+
+func toProblem(err error) Problem {
+	var ve *ValidationError
+	var he *echo.HTTPError
+	switch {
+	case errors.As(err, &ve):
+		status := ve.Status
+		if status == 0 {
+			status = http.StatusUnprocessableEntity
+		}
+		detail := "The request has invalid fields."
+		if len(ve.Fields) == 1 {
+			detail = ve.Fields[0].Field + ": " + ve.Fields[0].Message
+		}
+		return newProblem(status, detail, ve.Fields)
+	case errors.Is(err, ErrNotFound):
+		return newProblem(http.StatusNotFound, err.Error(), nil)
+	case errors.Is(err, ErrConflict):
+		return newProblem(http.StatusConflict, err.Error(), nil)
+	case errors.Is(err, ErrUnavailable):
+		return newProblem(http.StatusServiceUnavailable, err.Error(), nil)
+	case errors.As(err, &he):
+		detail := http.StatusText(he.Code)
+		if s, ok := he.Message.(string); ok && he.Code < 500 {
+			detail = s
+		}
+		return newProblem(he.Code, detail, nil)
+	default:
+		return newProblem(http.StatusInternalServerError, "The server could not complete the request; it has been logged.", nil)
+	}
+}
+
+func newProblem(status int, detail string, fields []FieldError) Problem {
+	return Problem{
+		Type:   "about:blank",
+		Title:  http.StatusText(status),
+		Status: status,
+		Detail: detail,
+		Errors: fields,
+	}
+}

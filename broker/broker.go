@@ -1,0 +1,115 @@
+// Package broker is the only code that talks to a message broker. It defines the
+// Broker interface the rest of the service uses and implements it twice: over
+// STOMP (Apache ActiveMQ Artemis or ActiveMQ Classic, see stomp.go) and as an
+// in-process, non-durable broker for `make run` and fast tests (see embedded.go).
+package broker
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Header names the service puts on every message it sends. Broker-owned headers
+// (message-id, ack, subscription, destination, scheduledJobId, ...) are never
+// copied onto a republished message: see ARCHITECTURE.md.
+const (
+	HeaderCorrelationID  = "correlation-id"
+	HeaderAttempt        = "x-attempt"
+	HeaderScheduledDelay = "AMQ_SCHEDULED_DELAY"
+	HeaderExpires        = "expires"
+	HeaderPersistent     = "persistent"
+	HeaderContentType    = "content-type"
+)
+
+// ErrClosed is returned by operations on a closed broker or subscription.
+var ErrClosed = errors.New("broker: closed")
+
+// ErrStaleDelivery is returned by Ack when the connection the message arrived on
+// is gone; the broker redelivers the message, so the caller must not treat it as
+// lost or as acknowledged.
+var ErrStaleDelivery = errors.New("broker: delivery belongs to a dropped connection")
+
+// Destination names a queue on an address. Artemis addresses it as the fully
+// qualified queue name Address::Queue; ActiveMQ Classic and the embedded broker
+// use that same string as a plain queue name.
+type Destination struct {
+	Address string
+	Queue   string
+}
+
+// FQQN is the fully qualified queue name "address::queue".
+func (d Destination) FQQN() string { return d.Address + "::" + d.Queue }
+
+func (d Destination) String() string { return d.FQQN() }
+
+// Message is what the service sends. Send always marks it persistent and waits
+// for the broker to confirm it.
+type Message struct {
+	Destination Destination
+	// Headers are application headers (event id, subscription id, ...); they come
+	// back unchanged on delivery.
+	Headers       map[string]string
+	Body          []byte
+	ContentType   string
+	CorrelationID string
+	// Attempt is the delivery attempt this copy is for, 1 for the first.
+	Attempt int
+	// Delay, when positive, asks the broker to deliver the message no earlier
+	// than Delay after it was accepted (AMQ_SCHEDULED_DELAY, whole ms).
+	Delay time.Duration
+	// Expires is the absolute expiry; the zero time means never. A delay does
+	// not move it.
+	Expires time.Time
+}
+
+// Delivery is a message received from a subscription. It must be acked exactly
+// once; an unacked delivery is redelivered after its consumer goes away.
+type Delivery struct {
+	Message
+	// ID is the broker's message id, for logs only.
+	ID string
+	// Redelivered is true when the broker says it delivered this message before.
+	Redelivered bool
+
+	ack func(context.Context) error
+}
+
+// Ack acknowledges this one message (client-individual acknowledgement).
+func (d *Delivery) Ack(ctx context.Context) error {
+	if d.ack == nil {
+		return errors.New("broker: delivery cannot be acked")
+	}
+	return d.ack(ctx)
+}
+
+// SubscribeOptions tune a subscription.
+type SubscribeOptions struct {
+	// Prefetch bounds how many unacked messages the broker pushes to this
+	// consumer; 0 means the implementation's small default.
+	Prefetch int
+}
+
+// Subscription delivers messages from one queue. Its channel survives
+// reconnects: the implementation resubscribes and keeps feeding the same channel
+// until Close, when the channel is closed.
+type Subscription interface {
+	C() <-chan *Delivery
+	Close() error
+}
+
+// Broker is what the service needs of a message broker.
+type Broker interface {
+	// Send stores msg durably and returns once the broker has confirmed it
+	// (a STOMP receipt), or with an error when it cannot say so.
+	Send(ctx context.Context, msg Message) error
+	// Subscribe consumes dest with client-individual acknowledgement.
+	Subscribe(ctx context.Context, dest Destination, opts SubscribeOptions) (Subscription, error)
+	// EnsureQueue makes sure dest exists and is not removed while empty.
+	EnsureQueue(ctx context.Context, dest Destination) error
+	// DeleteQueue removes dest and its messages; a missing queue is no error.
+	DeleteQueue(ctx context.Context, dest Destination) error
+	// Connected reports whether the broker is reachable right now.
+	Connected() bool
+	Close() error
+}

@@ -1,0 +1,105 @@
+// Command messaging-api runs the room/subscription messaging service: the
+// management and publishing HTTP API over PostgreSQL (or embedded SQLite) and a
+// STOMP broker (or the embedded one).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/store"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "messaging-api:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+// run parses the command line and runs one subcommand until ctx is done.
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
+	cmd := "serve"
+	if len(args) > 0 && (args[0] == "serve" || args[0] == "migrate") {
+		cmd, args = args[0], args[1:]
+	}
+	cfg, err := loadConfig(args, getenv, stderr)
+	if err != nil {
+		return err
+	}
+	logger := newLogger(cfg, stderr)
+	logger.Info("starting", slog.String("command", cmd), slog.Any("config", cfg.logValue()))
+
+	db, err := store.Open(ctx, cfg.DatabaseURL, logger)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+
+	if cmd == "migrate" {
+		n, err := db.Migrate(ctx, logger)
+		if err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+		logger.Info("migrations done", slog.Int("applied", n))
+		return nil
+	}
+	if cfg.MigrateOnStart {
+		if _, err := db.Migrate(ctx, logger); err != nil {
+			return fmt.Errorf("migrate: %w", err)
+		}
+	}
+
+	b, err := broker.Open(ctx, cfg.BrokerURL, logger)
+	if err != nil {
+		return fmt.Errorf("broker: %w", err)
+	}
+	defer b.Close()
+
+	return serve(ctx, cfg, logger, newServer(cfg, logger, db, b))
+}
+
+// serve runs srv until ctx is done, then gives in-flight requests
+// ShutdownTimeout to finish.
+func serve(ctx context.Context, cfg Config, logger *slog.Logger, handler http.Handler) error {
+	srv := &http.Server{
+		Addr:              cfg.HTTP.Addr,
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       cfg.HTTP.ReadTimeout,
+		WriteTimeout:      cfg.HTTP.WriteTimeout,
+		IdleTimeout:       2 * time.Minute,
+	}
+	errc := make(chan error, 1)
+	go func() {
+		logger.Info("http listening", slog.String("addr", cfg.HTTP.Addr))
+		errc <- srv.ListenAndServe()
+	}()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	logger.Info("shutting down", slog.Duration("timeout", cfg.HTTP.ShutdownTimeout))
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.HTTP.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		return fmt.Errorf("http shutdown: %w", err)
+	}
+	logger.Info("stopped")
+	return nil
+}

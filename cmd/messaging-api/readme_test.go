@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// startService runs the real binary's run() on a free port with the given
+// environment and returns its base URL; it stops with the test.
+func startService(t *testing.T, env map[string]string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	full := map[string]string{
+		"HTTP_ADDR":    addr,
+		"DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "readme.db"),
+		"BROKER_URL":   "embedded",
+		"LOG_LEVEL":    "warn",
+	}
+	for k, v := range env {
+		full[k] = v
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var logs syncBuffer
+	done := make(chan error, 1)
+	go func() { done <- run(ctx, nil, func(k string) string { return full[k] }, &logs) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("service stopped with %v; logs:\n%s", err, logs.String())
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("service did not stop within 20 s of its context ending")
+		}
+	})
+	base := "http://" + addr
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		resp, err := http.Get(base + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return base
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("service not ready: %v; logs:\n%s", err, logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// readmeBlock returns the ```sh block that follows marker in README.md.
+func readmeBlock(t *testing.T, marker string) string {
+	t.Helper()
+	raw, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, after, ok := strings.Cut(string(raw), marker)
+	if !ok {
+		t.Fatalf("README.md has no %q", marker)
+	}
+	_, after, ok = strings.Cut(after, "```sh\n")
+	if !ok {
+		t.Fatal("no ```sh block after the marker")
+	}
+	block, _, ok := strings.Cut(after, "```")
+	if !ok {
+		t.Fatal("unterminated block")
+	}
+	return block
+}
+
+// TestReadmeQuickstart runs the README's curl commands as written against a
+// service started the way `make run` starts it; every request must succeed.
+func TestReadmeQuickstart(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Skip("curl not installed")
+	}
+	base := startService(t, nil)
+	block := readmeBlock(t, "TestReadmeQuickstart")
+	script := "set -euo pipefail\ncurl() { command curl --fail-with-body \"$@\"; echo; }\n" +
+		strings.ReplaceAll(block, "localhost:8080", strings.TrimPrefix(base, "http://"))
+	cmd := exec.Command("bash", "-c", script)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("README commands failed: %v\n%s", err, out.String())
+	}
+	for _, wantText := range []string{`"identifier":"orders"`, `"destination":"room-`, `"pushUrl":"https://example.com/webhooks/orders"`} {
+		if !strings.Contains(out.String(), wantText) {
+			t.Errorf("output lacks %s:\n%s", wantText, out.String())
+		}
+	}
+
+	// The README's example of a bad request gives the problem it shows.
+	resp, err := http.Post(base+"/v1/rooms", "application/json", strings.NewReader(`{"identifier": "bad id", "deliveryDelay": 0}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	for _, f := range []string{"identifier", "managerIdentifier", "deliveryDelay"} {
+		if !strings.Contains(string(body), fmt.Sprintf(`"field":%q`, f)) {
+			t.Errorf("problem lacks field %s: %s", f, body)
+		}
+	}
+}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+
+	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/rooms"
+	"github.com/roomhub/messaging-api/store"
+	"github.com/roomhub/messaging-api/subscriptions"
+)
+
+// brokerConn is what the HTTP server needs of the broker.
+type brokerConn interface {
+	subscriptions.Queues
+	Connected() bool
+}
+
+// newServer builds the echo server with every route.
+func newServer(cfg Config, logger *slog.Logger, db *store.DB, b brokerConn) *echo.Echo {
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = api.ErrorHandler(logger)
+	e.Use(middleware.RequestID())
+	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true}))
+	e.Use(middleware.RequestLoggerWithConfig(middleware.RequestLoggerConfig{
+		LogMethod: true, LogURIPath: true, LogStatus: true, LogLatency: true, LogRequestID: true,
+		LogValuesFunc: func(c echo.Context, v middleware.RequestLoggerValues) error {
+			logger.LogAttrs(c.Request().Context(), slog.LevelDebug, "request",
+				slog.String("method", v.Method), slog.String("path", v.URIPath), slog.Int("status", v.Status),
+				slog.Duration("latency", v.Latency), slog.String("request_id", v.RequestID))
+			return nil
+		},
+	}))
+	e.Use(middleware.BodyLimit(formatBytes(cfg.HTTP.BodyLimit)))
+
+	roomSvc := rooms.NewService(db.Rooms(), time.Now)
+	subSvc := subscriptions.NewService(db.Subscriptions(), roomSvc, b, time.Now, logger)
+
+	e.GET("/healthz", func(c echo.Context) error {
+		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
+	})
+	e.GET("/readyz", readiness(db, b))
+
+	v1 := e.Group("/v1")
+	rooms.Routes(v1, roomSvc)
+	subscriptions.Routes(v1, subSvc)
+	return e
+}
+
+type readyResponse struct {
+	Status string            `json:"status"`
+	Checks map[string]string `json:"checks"`
+}
+
+// readiness answers 200 when the database answers and the broker is connected,
+// else 503 naming what is down.
+func readiness(db *store.DB, b brokerConn) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
+		defer cancel()
+		resp := readyResponse{Status: "ready", Checks: map[string]string{"database": "ok", "broker": "ok"}}
+		if err := db.Ping(ctx); err != nil {
+			resp.Status, resp.Checks["database"] = "unavailable", "unreachable"
+		}
+		if !b.Connected() {
+			resp.Status, resp.Checks["broker"] = "unavailable", "disconnected"
+		}
+		code := http.StatusOK
+		if resp.Status != "ready" {
+			code = http.StatusServiceUnavailable
+		}
+		return c.JSON(code, resp)
+	}
+}
+
+// formatBytes writes n in the unit syntax echo's BodyLimit parses.
+func formatBytes(n int64) string {
+	return strconv.FormatInt(n, 10) + "B"
+}

@@ -1,0 +1,107 @@
+// Package rooms owns rooms (a broker address each, with message expiration and
+// delivery defaults), their event types and the numbered versions of each event
+// type with its JSON Schema, and the HTTP handlers that manage them.
+package rooms
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/roomhub/messaging-api/api"
+)
+
+// Sentinel errors; the store maps its own errors onto these.
+var (
+	ErrNotFound             = fmt.Errorf("room %w", api.ErrNotFound)
+	ErrIdentifierTaken      = fmt.Errorf("a room with this identifier already exists: %w", api.ErrConflict)
+	ErrHasSubscriptions     = fmt.Errorf("the room has subscriptions; delete them first or use ?force=true to terminate them: %w", api.ErrConflict)
+	ErrEventTypeNotFound    = fmt.Errorf("event type %w", api.ErrNotFound)
+	ErrEventTypeExists      = fmt.Errorf("an event type with this identifier already exists in the room: %w", api.ErrConflict)
+	ErrEventTypeInUse       = fmt.Errorf("the event type is used by a subscription; delete the subscription first: %w", api.ErrConflict)
+	ErrVersionNotFound      = fmt.Errorf("event type version %w", api.ErrNotFound)
+	ErrVersionExists        = fmt.Errorf("this version of the event type already exists: %w", api.ErrConflict)
+	ErrVersionInUse         = fmt.Errorf("the version is used by a subscription; delete the subscription first: %w", api.ErrConflict)
+	ErrEventTypeHasVersions = fmt.Errorf("the event type has versions in use by subscriptions: %w", api.ErrConflict)
+)
+
+// Status of a room. A terminated room accepts no new publishes.
+type Status string
+
+const (
+	StatusActive     Status = "ACTIVE"
+	StatusTerminated Status = "TERMINATED"
+)
+
+// Room is a broker address with the defaults every message sent to it gets.
+type Room struct {
+	ID                uuid.UUID
+	Identifier        string
+	ManagerIdentifier string
+	// MessageExpiration in ms after publishing; 0 means never.
+	MessageExpiration int64
+	// DeliveryDelay, DeliveryDelayMultiplier and DeliveryAttempts parameterise
+	// the exponential backoff retry: after attempt k fails, attempt k+1 comes
+	// DeliveryDelay × DeliveryDelayMultiplier^k ms later while k+1 ≤ DeliveryAttempts.
+	DeliveryDelay           int64
+	DeliveryDelayMultiplier float64
+	DeliveryAttempts        int
+	Status                  Status
+	CreatedAt               time.Time
+	UpdatedAt               time.Time
+}
+
+// Address is the room's broker address.
+func (r Room) Address() string { return Address(r.ID) }
+
+// Address is the broker address of the room with this id.
+func Address(id uuid.UUID) string { return "room-" + id.String() }
+
+// EventType is a kind of event published to a room.
+type EventType struct {
+	ID          uuid.UUID
+	RoomID      uuid.UUID
+	Identifier  string
+	Description string
+	CreatedAt   time.Time
+}
+
+// Version is one numbered JSON Schema of an event type.
+type Version struct {
+	EventTypeID uuid.UUID
+	Version     int
+	Schema      json.RawMessage
+	CreatedAt   time.Time
+}
+
+// ListQuery selects a page of rooms ordered by id (ids are time-ordered UUIDv7).
+type ListQuery struct {
+	Limit int
+	After uuid.UUID
+}
+
+// Store is what the service needs from persistence.
+type Store interface {
+	CreateRoom(ctx context.Context, r Room) error
+	Room(ctx context.Context, id uuid.UUID) (Room, error)
+	RoomByIdentifier(ctx context.Context, identifier string) (Room, error)
+	Rooms(ctx context.Context, q ListQuery) ([]Room, error)
+	UpdateRoom(ctx context.Context, r Room) error
+	// DeleteRoom deletes the room, its event types and versions. With force it
+	// first terminates and deletes its subscriptions; without, a room that has
+	// any gives ErrHasSubscriptions.
+	DeleteRoom(ctx context.Context, id uuid.UUID, force bool) error
+
+	CreateEventType(ctx context.Context, et EventType) error
+	EventType(ctx context.Context, roomID uuid.UUID, identifier string) (EventType, error)
+	EventTypes(ctx context.Context, roomID uuid.UUID, limit int, after string) ([]EventType, error)
+	DeleteEventType(ctx context.Context, id uuid.UUID) error
+
+	CreateVersion(ctx context.Context, v Version) error
+	Version(ctx context.Context, eventTypeID uuid.UUID, version int) (Version, error)
+	Versions(ctx context.Context, eventTypeID uuid.UUID) ([]Version, error)
+	DeleteVersion(ctx context.Context, eventTypeID uuid.UUID, version int) error
+}

@@ -1,0 +1,346 @@
+package rooms
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/roomhub/messaging-api/api"
+)
+
+// Defaults for fields a room is created without.
+const (
+	DefaultDeliveryDelay           = 1000
+	DefaultDeliveryDelayMultiplier = 2.0
+	DefaultDeliveryAttempts        = 3
+)
+
+// Limits on room fields; they keep the backoff computation finite.
+const (
+	MaxMessageExpiration       = 10 * 365 * 24 * 3600 * 1000 // ten years
+	MaxDeliveryDelay           = 7 * 24 * 3600 * 1000        // a week
+	MaxDeliveryDelayMultiplier = 1000.0
+	MaxDeliveryAttempts        = 1000
+	maxIdentifierLength        = 200
+	maxDescriptionLength       = 1000
+	MaxVersion                 = 1_000_000
+)
+
+var identifierPattern = regexp.MustCompile(`^[a-zA-Z0-9_.-]+$`)
+
+// ValidIdentifier checks a room or event type identifier; field names it in the error.
+func ValidIdentifier(field, s string, p *api.Problems) {
+	switch {
+	case s == "":
+		p.Add(field, "is required")
+	case len(s) > maxIdentifierLength:
+		p.Add(field, fmt.Sprintf("must be at most %d characters", maxIdentifierLength))
+	case !identifierPattern.MatchString(s):
+		p.Add(field, "must match ^[a-zA-Z0-9_.-]+$")
+	}
+}
+
+// Service manages rooms, event types and versions.
+type Service struct {
+	store Store
+	now   func() time.Time
+}
+
+// NewService returns a Service over store. now is the clock (time.Now in production).
+func NewService(store Store, now func() time.Time) *Service {
+	return &Service{store: store, now: now}
+}
+
+// RoomPatch is a create or update request; absent fields keep their value (or
+// get the default on create).
+type RoomPatch struct {
+	Identifier              api.Nullable[string]
+	ManagerIdentifier       api.Nullable[string]
+	MessageExpiration       api.Nullable[int64]
+	DeliveryDelay           api.Nullable[int64]
+	DeliveryDelayMultiplier api.Nullable[float64]
+	DeliveryAttempts        api.Nullable[int]
+	Status                  api.Nullable[Status]
+}
+
+// apply validates p and writes it onto r.
+func (p RoomPatch) apply(r *Room, creating bool) error {
+	var probs api.Problems
+	notNull := func(field string, null bool) bool {
+		if null {
+			probs.Add(field, "must not be null")
+		}
+		return !null
+	}
+	if creating && !p.Identifier.Set {
+		probs.Add("identifier", "is required")
+	} else if p.Identifier.Set && notNull("identifier", p.Identifier.Null) {
+		ValidIdentifier("identifier", p.Identifier.Value, &probs)
+		if _, err := uuid.Parse(p.Identifier.Value); err == nil {
+			probs.Add("identifier", "must not be a UUID: paths accept a room's id or its identifier")
+		}
+		r.Identifier = p.Identifier.Value
+	}
+	if creating && !p.ManagerIdentifier.Set {
+		probs.Add("managerIdentifier", "is required")
+	} else if p.ManagerIdentifier.Set && notNull("managerIdentifier", p.ManagerIdentifier.Null) {
+		v := p.ManagerIdentifier.Value
+		switch {
+		case strings.TrimSpace(v) == "":
+			probs.Add("managerIdentifier", "must not be blank")
+		case len(v) > maxIdentifierLength:
+			probs.Add("managerIdentifier", fmt.Sprintf("must be at most %d characters", maxIdentifierLength))
+		}
+		r.ManagerIdentifier = v
+	}
+	if p.MessageExpiration.Set {
+		v := p.MessageExpiration.Value // null means never, stored as 0
+		if v < 0 || v > MaxMessageExpiration {
+			probs.Add("messageExpiration", fmt.Sprintf("must be null or 0 (never) or a number of ms up to %d", int64(MaxMessageExpiration)))
+		}
+		r.MessageExpiration = v
+	}
+	if p.DeliveryDelay.Set && notNull("deliveryDelay", p.DeliveryDelay.Null) {
+		if v := p.DeliveryDelay.Value; v < 1 || v > MaxDeliveryDelay {
+			probs.Add("deliveryDelay", fmt.Sprintf("must be from 1 to %d ms", MaxDeliveryDelay))
+		}
+		r.DeliveryDelay = p.DeliveryDelay.Value
+	}
+	if p.DeliveryDelayMultiplier.Set && notNull("deliveryDelayMultiplier", p.DeliveryDelayMultiplier.Null) {
+		if v := p.DeliveryDelayMultiplier.Value; math.IsNaN(v) || v < 1 || v > MaxDeliveryDelayMultiplier {
+			probs.Add("deliveryDelayMultiplier", fmt.Sprintf("must be from 1.0 to %g", MaxDeliveryDelayMultiplier))
+		}
+		r.DeliveryDelayMultiplier = p.DeliveryDelayMultiplier.Value
+	}
+	if p.DeliveryAttempts.Set && notNull("deliveryAttempts", p.DeliveryAttempts.Null) {
+		if v := p.DeliveryAttempts.Value; v < 0 || v > MaxDeliveryAttempts {
+			probs.Add("deliveryAttempts", fmt.Sprintf("must be from 0 to %d", MaxDeliveryAttempts))
+		}
+		r.DeliveryAttempts = p.DeliveryAttempts.Value
+	}
+	if p.Status.Set && notNull("status", p.Status.Null) {
+		if s := p.Status.Value; s != StatusActive && s != StatusTerminated {
+			probs.Add("status", "must be ACTIVE or TERMINATED")
+		}
+		r.Status = p.Status.Value
+	}
+	return probs.Err()
+}
+
+// CreateRoom validates p, fills defaults and stores the room.
+func (s *Service) CreateRoom(ctx context.Context, p RoomPatch) (Room, error) {
+	now := s.now().UTC()
+	r := Room{
+		ID:                      uuid.Must(uuid.NewV7()),
+		DeliveryDelay:           DefaultDeliveryDelay,
+		DeliveryDelayMultiplier: DefaultDeliveryDelayMultiplier,
+		DeliveryAttempts:        DefaultDeliveryAttempts,
+		Status:                  StatusActive,
+		CreatedAt:               now,
+		UpdatedAt:               now,
+	}
+	if err := p.apply(&r, true); err != nil {
+		return Room{}, err
+	}
+	if err := s.store.CreateRoom(ctx, r); err != nil {
+		return Room{}, err
+	}
+	return r, nil
+}
+
+// Room finds a room by its id or, when ref is not a UUID, by its identifier.
+func (s *Service) Room(ctx context.Context, ref string) (Room, error) {
+	if id, err := uuid.Parse(ref); err == nil {
+		return s.store.Room(ctx, id)
+	}
+	if !identifierPattern.MatchString(ref) {
+		return Room{}, ErrNotFound
+	}
+	return s.store.RoomByIdentifier(ctx, ref)
+}
+
+// Rooms lists rooms in creation order.
+func (s *Service) Rooms(ctx context.Context, page api.Page) ([]Room, error) {
+	q := ListQuery{Limit: page.Limit}
+	if page.After != "" {
+		id, err := uuid.Parse(page.After)
+		if err != nil {
+			return nil, api.Invalid("cursor", "is not a cursor this API returned")
+		}
+		q.After = id
+	}
+	return s.store.Rooms(ctx, q)
+}
+
+// UpdateRoom applies p to the room ref names.
+func (s *Service) UpdateRoom(ctx context.Context, ref string, p RoomPatch) (Room, error) {
+	r, err := s.Room(ctx, ref)
+	if err != nil {
+		return Room{}, err
+	}
+	if err := p.apply(&r, false); err != nil {
+		return Room{}, err
+	}
+	r.UpdatedAt = s.now().UTC()
+	if err := s.store.UpdateRoom(ctx, r); err != nil {
+		return Room{}, err
+	}
+	return r, nil
+}
+
+// DeleteRoom deletes the room ref names; see Store.DeleteRoom for force.
+func (s *Service) DeleteRoom(ctx context.Context, ref string, force bool) (Room, error) {
+	r, err := s.Room(ctx, ref)
+	if err != nil {
+		return Room{}, err
+	}
+	return r, s.store.DeleteRoom(ctx, r.ID, force)
+}
+
+// EventTypeInput creates an event type.
+type EventTypeInput struct {
+	Identifier  string
+	Description string
+}
+
+// CreateEventType adds an event type to the room ref names.
+func (s *Service) CreateEventType(ctx context.Context, ref string, in EventTypeInput) (EventType, error) {
+	r, err := s.Room(ctx, ref)
+	if err != nil {
+		return EventType{}, err
+	}
+	var probs api.Problems
+	ValidIdentifier("identifier", in.Identifier, &probs)
+	if len(in.Description) > maxDescriptionLength {
+		probs.Add("description", fmt.Sprintf("must be at most %d characters", maxDescriptionLength))
+	}
+	if err := probs.Err(); err != nil {
+		return EventType{}, err
+	}
+	et := EventType{
+		ID:          uuid.Must(uuid.NewV7()),
+		RoomID:      r.ID,
+		Identifier:  in.Identifier,
+		Description: in.Description,
+		CreatedAt:   s.now().UTC(),
+	}
+	if err := s.store.CreateEventType(ctx, et); err != nil {
+		return EventType{}, err
+	}
+	return et, nil
+}
+
+// EventType finds an event type of the room ref names by its identifier.
+func (s *Service) EventType(ctx context.Context, ref, identifier string) (Room, EventType, error) {
+	r, err := s.Room(ctx, ref)
+	if err != nil {
+		return Room{}, EventType{}, err
+	}
+	et, err := s.store.EventType(ctx, r.ID, identifier)
+	if err != nil {
+		return Room{}, EventType{}, err
+	}
+	return r, et, nil
+}
+
+// EventTypes lists the room's event types by identifier.
+func (s *Service) EventTypes(ctx context.Context, ref string, page api.Page) ([]EventType, error) {
+	r, err := s.Room(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	return s.store.EventTypes(ctx, r.ID, page.Limit, page.After)
+}
+
+// DeleteEventType deletes an event type and its versions; refused while a
+// subscription names it.
+func (s *Service) DeleteEventType(ctx context.Context, ref, identifier string) error {
+	_, et, err := s.EventType(ctx, ref, identifier)
+	if err != nil {
+		return err
+	}
+	return s.store.DeleteEventType(ctx, et.ID)
+}
+
+// VersionInput creates a version; Version 0 means the next number.
+type VersionInput struct {
+	Version int
+	Schema  json.RawMessage
+}
+
+// CreateVersion adds a version with its schema, checked to compile.
+func (s *Service) CreateVersion(ctx context.Context, ref, eventType string, in VersionInput) (Version, error) {
+	_, et, err := s.EventType(ctx, ref, eventType)
+	if err != nil {
+		return Version{}, err
+	}
+	var probs api.Problems
+	if in.Version < 0 || in.Version > MaxVersion {
+		probs.Add("version", fmt.Sprintf("must be a positive integer up to %d", MaxVersion))
+	}
+	if len(in.Schema) == 0 || string(in.Schema) == "null" {
+		probs.Add("schema", "is required: a JSON Schema document")
+	} else if _, err := CompileSchema(in.Schema); err != nil {
+		probs.Add("schema", err.Error())
+	}
+	if err := probs.Err(); err != nil {
+		return Version{}, err
+	}
+	if in.Version == 0 {
+		vs, err := s.store.Versions(ctx, et.ID)
+		if err != nil {
+			return Version{}, err
+		}
+		in.Version = 1
+		if len(vs) > 0 {
+			in.Version = vs[len(vs)-1].Version + 1
+		}
+	}
+	v := Version{EventTypeID: et.ID, Version: in.Version, Schema: compactJSON(in.Schema), CreatedAt: s.now().UTC()}
+	if err := s.store.CreateVersion(ctx, v); err != nil {
+		return Version{}, err
+	}
+	return v, nil
+}
+
+func compactJSON(raw json.RawMessage) json.RawMessage {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return raw
+	}
+	return buf.Bytes()
+}
+
+// Versions lists an event type's versions, oldest first.
+func (s *Service) Versions(ctx context.Context, ref, eventType string) ([]Version, error) {
+	_, et, err := s.EventType(ctx, ref, eventType)
+	if err != nil {
+		return nil, err
+	}
+	return s.store.Versions(ctx, et.ID)
+}
+
+// Version finds one version of an event type.
+func (s *Service) Version(ctx context.Context, ref, eventType string, version int) (Version, error) {
+	_, et, err := s.EventType(ctx, ref, eventType)
+	if err != nil {
+		return Version{}, err
+	}
+	return s.store.Version(ctx, et.ID, version)
+}
+
+// DeleteVersion deletes a version unless a subscription names it.
+func (s *Service) DeleteVersion(ctx context.Context, ref, eventType string, version int) error {
+	_, et, err := s.EventType(ctx, ref, eventType)
+	if err != nil {
+		return err
+	}
+	return s.store.DeleteVersion(ctx, et.ID, version)
+}

@@ -1,0 +1,275 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/roomhub/messaging-api/rooms"
+)
+
+// Rooms implements rooms.Store.
+type Rooms struct{ db *DB }
+
+var _ rooms.Store = (*Rooms)(nil)
+
+// Rooms returns the room store.
+func (db *DB) Rooms() *Rooms { return &Rooms{db: db} }
+
+type roomRow struct {
+	ID                      uuid.UUID `gorm:"primaryKey"`
+	Identifier              string
+	ManagerIdentifier       string
+	MessageExpiration       int64
+	DeliveryDelay           int64
+	DeliveryDelayMultiplier float64
+	DeliveryAttempts        int
+	Status                  string
+	CreatedAt               time.Time `gorm:"autoCreateTime:false"`
+	UpdatedAt               time.Time `gorm:"autoUpdateTime:false"`
+}
+
+func (roomRow) TableName() string { return "rooms" }
+
+func toRoomRow(r rooms.Room) roomRow {
+	return roomRow{
+		ID: r.ID, Identifier: r.Identifier, ManagerIdentifier: r.ManagerIdentifier,
+		MessageExpiration: r.MessageExpiration, DeliveryDelay: r.DeliveryDelay,
+		DeliveryDelayMultiplier: r.DeliveryDelayMultiplier, DeliveryAttempts: r.DeliveryAttempts,
+		Status: string(r.Status), CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+	}
+}
+
+func (r roomRow) domain() rooms.Room {
+	return rooms.Room{
+		ID: r.ID, Identifier: r.Identifier, ManagerIdentifier: r.ManagerIdentifier,
+		MessageExpiration: r.MessageExpiration, DeliveryDelay: r.DeliveryDelay,
+		DeliveryDelayMultiplier: r.DeliveryDelayMultiplier, DeliveryAttempts: r.DeliveryAttempts,
+		Status: rooms.Status(r.Status), CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
+	}
+}
+
+type eventTypeRow struct {
+	ID          uuid.UUID `gorm:"primaryKey"`
+	RoomID      uuid.UUID
+	Identifier  string
+	Description string
+	CreatedAt   time.Time `gorm:"autoCreateTime:false"`
+}
+
+func (eventTypeRow) TableName() string { return "event_types" }
+
+func (r eventTypeRow) domain() rooms.EventType {
+	return rooms.EventType{ID: r.ID, RoomID: r.RoomID, Identifier: r.Identifier, Description: r.Description, CreatedAt: r.CreatedAt.UTC()}
+}
+
+type versionRow struct {
+	EventTypeID uuid.UUID `gorm:"primaryKey"`
+	Version     int       `gorm:"primaryKey;autoIncrement:false"`
+	Schema      string
+	CreatedAt   time.Time `gorm:"autoCreateTime:false"`
+}
+
+func (versionRow) TableName() string { return "event_type_versions" }
+
+func (r versionRow) domain() rooms.Version {
+	return rooms.Version{EventTypeID: r.EventTypeID, Version: r.Version, Schema: []byte(r.Schema), CreatedAt: r.CreatedAt.UTC()}
+}
+
+func (s *Rooms) tx(ctx context.Context) *gorm.DB { return s.db.gorm.WithContext(ctx) }
+
+// CreateRoom implements rooms.Store.
+func (s *Rooms) CreateRoom(ctx context.Context, r rooms.Room) error {
+	row := toRoomRow(r)
+	return translate(s.tx(ctx).Create(&row).Error, nil, rooms.ErrIdentifierTaken)
+}
+
+// Room implements rooms.Store.
+func (s *Rooms) Room(ctx context.Context, id uuid.UUID) (rooms.Room, error) {
+	var row roomRow
+	err := s.tx(ctx).Where("id = ?", id).Take(&row).Error
+	return row.domain(), translate(err, rooms.ErrNotFound, nil)
+}
+
+// RoomByIdentifier implements rooms.Store.
+func (s *Rooms) RoomByIdentifier(ctx context.Context, identifier string) (rooms.Room, error) {
+	var row roomRow
+	err := s.tx(ctx).Where("identifier = ?", identifier).Take(&row).Error
+	return row.domain(), translate(err, rooms.ErrNotFound, nil)
+}
+
+// Rooms implements rooms.Store.
+func (s *Rooms) Rooms(ctx context.Context, q rooms.ListQuery) ([]rooms.Room, error) {
+	var rows []roomRow
+	tx := s.tx(ctx).Order("id").Limit(q.Limit)
+	if q.After != uuid.Nil {
+		tx = tx.Where("id > ?", q.After)
+	}
+	if err := tx.Find(&rows).Error; err != nil {
+		return nil, translate(err, nil, nil)
+	}
+	out := make([]rooms.Room, len(rows))
+	for i, r := range rows {
+		out[i] = r.domain()
+	}
+	return out, nil
+}
+
+// UpdateRoom implements rooms.Store.
+func (s *Rooms) UpdateRoom(ctx context.Context, r rooms.Room) error {
+	row := toRoomRow(r)
+	res := s.tx(ctx).Model(&roomRow{}).Where("id = ?", r.ID).Select("*").Omit("id", "created_at").Updates(&row)
+	if res.Error == nil && res.RowsAffected == 0 {
+		return rooms.ErrNotFound
+	}
+	return translate(res.Error, rooms.ErrNotFound, rooms.ErrIdentifierTaken)
+}
+
+// DeleteRoom implements rooms.Store.
+func (s *Rooms) DeleteRoom(ctx context.Context, id uuid.UUID, force bool) error {
+	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
+		var room roomRow
+		if err := s.db.lock(tx).Where("id = ?", id).Take(&room).Error; err != nil {
+			return err
+		}
+		var subs int64
+		if err := tx.Model(&subscriptionRow{}).Where("room_id = ?", id).Count(&subs).Error; err != nil {
+			return err
+		}
+		if subs > 0 && !force {
+			return rooms.ErrHasSubscriptions
+		}
+		subIDs := tx.Model(&subscriptionRow{}).Select("id").Where("room_id = ?", id)
+		etIDs := tx.Model(&eventTypeRow{}).Select("id").Where("room_id = ?", id)
+		steps := []*gorm.DB{
+			tx.Where("subscription_id IN (?)", subIDs).Delete(&filterRow{}),
+			tx.Where("room_id = ?", id).Delete(&subscriptionRow{}),
+			tx.Where("event_type_id IN (?)", etIDs).Delete(&versionRow{}),
+			tx.Where("room_id = ?", id).Delete(&eventTypeRow{}),
+			tx.Where("id = ?", id).Delete(&roomRow{}),
+		}
+		for _, st := range steps {
+			if st.Error != nil {
+				return st.Error
+			}
+		}
+		return nil
+	})
+	return translate(err, rooms.ErrNotFound, nil)
+}
+
+// lock adds FOR UPDATE on PostgreSQL; SQLite serialises writers by itself.
+func (db *DB) lock(tx *gorm.DB) *gorm.DB {
+	if db.dialect == Postgres {
+		return tx.Clauses(clause.Locking{Strength: "UPDATE"})
+	}
+	return tx
+}
+
+// CreateEventType implements rooms.Store.
+func (s *Rooms) CreateEventType(ctx context.Context, et rooms.EventType) error {
+	row := eventTypeRow{ID: et.ID, RoomID: et.RoomID, Identifier: et.Identifier, Description: et.Description, CreatedAt: et.CreatedAt}
+	return translate(s.tx(ctx).Create(&row).Error, nil, rooms.ErrEventTypeExists)
+}
+
+// EventType implements rooms.Store.
+func (s *Rooms) EventType(ctx context.Context, roomID uuid.UUID, identifier string) (rooms.EventType, error) {
+	var row eventTypeRow
+	err := s.tx(ctx).Where("room_id = ? AND identifier = ?", roomID, identifier).Take(&row).Error
+	return row.domain(), translate(err, rooms.ErrEventTypeNotFound, nil)
+}
+
+// EventTypes implements rooms.Store.
+func (s *Rooms) EventTypes(ctx context.Context, roomID uuid.UUID, limit int, after string) ([]rooms.EventType, error) {
+	var rows []eventTypeRow
+	tx := s.tx(ctx).Where("room_id = ?", roomID).Order("identifier").Limit(limit)
+	if after != "" {
+		tx = tx.Where("identifier > ?", after)
+	}
+	if err := tx.Find(&rows).Error; err != nil {
+		return nil, translate(err, nil, nil)
+	}
+	out := make([]rooms.EventType, len(rows))
+	for i, r := range rows {
+		out[i] = r.domain()
+	}
+	return out, nil
+}
+
+// DeleteEventType implements rooms.Store.
+func (s *Rooms) DeleteEventType(ctx context.Context, id uuid.UUID) error {
+	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
+		var et eventTypeRow
+		if err := s.db.lock(tx).Where("id = ?", id).Take(&et).Error; err != nil {
+			return err
+		}
+		var used int64
+		if err := tx.Model(&filterRow{}).Where("event_type_id = ?", id).Count(&used).Error; err != nil {
+			return err
+		}
+		if used > 0 {
+			return rooms.ErrEventTypeInUse
+		}
+		if err := tx.Where("event_type_id = ?", id).Delete(&versionRow{}).Error; err != nil {
+			return err
+		}
+		return tx.Where("id = ?", id).Delete(&eventTypeRow{}).Error
+	})
+	return translate(err, rooms.ErrEventTypeNotFound, nil)
+}
+
+// CreateVersion implements rooms.Store.
+func (s *Rooms) CreateVersion(ctx context.Context, v rooms.Version) error {
+	row := versionRow{EventTypeID: v.EventTypeID, Version: v.Version, Schema: string(v.Schema), CreatedAt: v.CreatedAt}
+	return translate(s.tx(ctx).Create(&row).Error, nil, rooms.ErrVersionExists)
+}
+
+// Version implements rooms.Store.
+func (s *Rooms) Version(ctx context.Context, eventTypeID uuid.UUID, version int) (rooms.Version, error) {
+	var row versionRow
+	err := s.tx(ctx).Where("event_type_id = ? AND version = ?", eventTypeID, version).Take(&row).Error
+	return row.domain(), translate(err, rooms.ErrVersionNotFound, nil)
+}
+
+// Versions implements rooms.Store.
+func (s *Rooms) Versions(ctx context.Context, eventTypeID uuid.UUID) ([]rooms.Version, error) {
+	var rows []versionRow
+	if err := s.tx(ctx).Where("event_type_id = ?", eventTypeID).Order("version").Find(&rows).Error; err != nil {
+		return nil, translate(err, nil, nil)
+	}
+	out := make([]rooms.Version, len(rows))
+	for i, r := range rows {
+		out[i] = r.domain()
+	}
+	return out, nil
+}
+
+// DeleteVersion implements rooms.Store.
+func (s *Rooms) DeleteVersion(ctx context.Context, eventTypeID uuid.UUID, version int) error {
+	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
+		var et eventTypeRow
+		if err := s.db.lock(tx).Where("id = ?", eventTypeID).Take(&et).Error; err != nil {
+			return err
+		}
+		var used int64
+		if err := tx.Model(&filterRow{}).Where("event_type_id = ? AND version = ?", eventTypeID, version).Count(&used).Error; err != nil {
+			return err
+		}
+		if used > 0 {
+			return rooms.ErrVersionInUse
+		}
+		res := tx.Where("event_type_id = ? AND version = ?", eventTypeID, version).Delete(&versionRow{})
+		if res.Error == nil && res.RowsAffected == 0 {
+			return gorm.ErrRecordNotFound
+		}
+		return res.Error
+	})
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return rooms.ErrVersionNotFound
+	}
+	return translate(err, nil, nil)
+}

@@ -1,0 +1,181 @@
+// Package store is the service's persistence: gorm over PostgreSQL, or over an
+// embedded SQLite file when nothing is configured, the versioned migrations both
+// share, the row structs (unexported; the features own the domain types), and
+// the translation of database errors onto the features' sentinels.
+package store
+
+import (
+	"context"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/glebarez/sqlite"
+	"github.com/jackc/pgx/v5/pgconn"
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/roomhub/messaging-api/api"
+)
+
+// Dialect names the database behind a DB.
+type Dialect string
+
+const (
+	Postgres Dialect = "postgres"
+	SQLite   Dialect = "sqlite"
+)
+
+// DB is an open database.
+type DB struct {
+	gorm    *gorm.DB
+	dialect Dialect
+}
+
+// Open connects to databaseURL: postgres://… or postgresql://… for PostgreSQL,
+// sqlite:PATH (or sqlite::memory:) for the embedded SQLite.
+func Open(ctx context.Context, databaseURL string, log *slog.Logger) (*DB, error) {
+	cfg := &gorm.Config{
+		TranslateError: true,
+		Logger:         logger.Discard,
+		NowFunc:        func() time.Time { return time.Now().UTC() },
+	}
+	var (
+		db      *gorm.DB
+		dialect Dialect
+		err     error
+	)
+	switch {
+	case strings.HasPrefix(databaseURL, "postgres://"), strings.HasPrefix(databaseURL, "postgresql://"):
+		dialect = Postgres
+		db, err = gorm.Open(postgres.Open(databaseURL), cfg)
+	case strings.HasPrefix(databaseURL, "sqlite:"):
+		dialect = SQLite
+		var dsn string
+		dsn, err = sqliteDSN(strings.TrimPrefix(strings.TrimPrefix(databaseURL, "sqlite:"), "//"))
+		if err == nil {
+			db, err = gorm.Open(sqlite.Open(dsn), cfg)
+		}
+	default:
+		return nil, fmt.Errorf("DATABASE_URL must start with postgres://, postgresql:// or sqlite:, got %q", Redact(databaseURL))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s database: %w", dialect, err)
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, err
+	}
+	if dialect == SQLite {
+		// One connection: SQLite has one writer anyway, and an in-memory
+		// database exists per connection.
+		sqlDB.SetMaxOpenConns(1)
+	} else {
+		sqlDB.SetMaxOpenConns(20)
+		sqlDB.SetMaxIdleConns(20)
+		sqlDB.SetConnMaxIdleTime(5 * time.Minute)
+	}
+	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := sqlDB.PingContext(pingCtx); err != nil {
+		_ = sqlDB.Close()
+		return nil, fmt.Errorf("connect to %s database %s: %w", dialect, Redact(databaseURL), err)
+	}
+	log.Info("database connected", slog.String("dialect", string(dialect)), slog.String("url", Redact(databaseURL)))
+	return &DB{gorm: db, dialect: dialect}, nil
+}
+
+func sqliteDSN(path string) (string, error) {
+	pragmas := "_pragma=foreign_keys(1)&_pragma=busy_timeout(5000)"
+	if path == ":memory:" || path == "" {
+		return ":memory:?" + pragmas, nil
+	}
+	if dir := filepath.Dir(path); dir != "." {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return "", fmt.Errorf("create directory for the SQLite database: %w", err)
+		}
+	}
+	return "file:" + path + "?" + pragmas + "&_pragma=journal_mode(WAL)", nil
+}
+
+// Redact hides the password of a database URL for logs.
+func Redact(u string) string {
+	at := strings.LastIndex(u, "@")
+	scheme := strings.Index(u, "://")
+	if at < 0 || scheme < 0 || at < scheme {
+		return u
+	}
+	userinfo := u[scheme+3 : at]
+	if i := strings.Index(userinfo, ":"); i >= 0 {
+		return u[:scheme+3] + userinfo[:i] + ":xxxxx" + u[at:]
+	}
+	return u
+}
+
+// Dialect tells which database this is.
+func (db *DB) Dialect() Dialect { return db.dialect }
+
+// Ping checks the database answers.
+func (db *DB) Ping(ctx context.Context) error {
+	sqlDB, err := db.gorm.DB()
+	if err != nil {
+		return err
+	}
+	if err := sqlDB.PingContext(ctx); err != nil {
+		return fmt.Errorf("database: %v: %w", err, api.ErrUnavailable)
+	}
+	return nil
+}
+
+// Close closes the connection pool.
+func (db *DB) Close() error {
+	sqlDB, err := db.gorm.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.Close()
+}
+
+// translate maps a database error onto the features' errors: a missing row to
+// notFound, a duplicate key to conflict, a lost connection to ErrUnavailable.
+func translate(err, notFound, conflict error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, gorm.ErrRecordNotFound) && notFound != nil:
+		return notFound
+	case errors.Is(err, gorm.ErrDuplicatedKey) && conflict != nil:
+		return conflict
+	case unavailable(err):
+		return fmt.Errorf("database: %v: %w", err, api.ErrUnavailable)
+	}
+	return err
+}
+
+func unavailable(err error) bool {
+	var netErr net.Error
+	var connErr *pgconn.ConnectError
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.As(err, &connErr), errors.As(err, &netErr), errors.Is(err, driver.ErrBadConn):
+		return true
+	case errors.As(err, &pgErr):
+		// Class 08: connection exception; 57P0x: the server is shutting down.
+		return strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57P")
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "connection refused") || strings.Contains(msg, "database is locked") ||
+		strings.Contains(msg, "conn closed") || strings.Contains(msg, "closed pool")
+}
+
+// Exec runs one statement; tests and operators use it for DDL outside migrations.
+func (db *DB) Exec(ctx context.Context, sql string, args ...any) error {
+	return translate(db.gorm.WithContext(ctx).Exec(sql, args...).Error, nil, nil)
+}

@@ -1,0 +1,223 @@
+package store
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/roomhub/messaging-api/subscriptions"
+)
+
+// Subscriptions implements subscriptions.Store.
+type Subscriptions struct{ db *DB }
+
+var _ subscriptions.Store = (*Subscriptions)(nil)
+
+// Subscriptions returns the subscription store.
+func (db *DB) Subscriptions() *Subscriptions { return &Subscriptions{db: db} }
+
+type subscriptionRow struct {
+	ID                      uuid.UUID `gorm:"primaryKey"`
+	RoomID                  uuid.UUID
+	Type                    string
+	PushURL                 string
+	DeliveryDelay           *int64
+	DeliveryDelayMultiplier *float64
+	DeliveryAttempts        *int
+	Status                  string
+	CreatedAt               time.Time `gorm:"autoCreateTime:false"`
+	UpdatedAt               time.Time `gorm:"autoUpdateTime:false"`
+}
+
+func (subscriptionRow) TableName() string { return "subscriptions" }
+
+// filterRow is one (event type, version) a subscription receives; version 0
+// stands for every version.
+type filterRow struct {
+	SubscriptionID uuid.UUID `gorm:"primaryKey"`
+	EventTypeID    uuid.UUID `gorm:"primaryKey"`
+	Version        int       `gorm:"primaryKey;autoIncrement:false"`
+}
+
+func (filterRow) TableName() string { return "subscription_event_types" }
+
+func toSubscriptionRow(s subscriptions.Subscription) subscriptionRow {
+	return subscriptionRow{
+		ID: s.ID, RoomID: s.RoomID, Type: string(s.Type), PushURL: s.PushURL,
+		DeliveryDelay: s.DeliveryDelay, DeliveryDelayMultiplier: s.DeliveryDelayMultiplier,
+		DeliveryAttempts: s.DeliveryAttempts, Status: string(s.Status),
+		CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
+	}
+}
+
+func toFilterRows(s subscriptions.Subscription) []filterRow {
+	var rows []filterRow
+	for _, f := range s.EventTypes {
+		if len(f.Versions) == 0 {
+			rows = append(rows, filterRow{SubscriptionID: s.ID, EventTypeID: f.EventTypeID})
+		}
+		for _, v := range f.Versions {
+			rows = append(rows, filterRow{SubscriptionID: s.ID, EventTypeID: f.EventTypeID, Version: v})
+		}
+	}
+	return rows
+}
+
+func (s *Subscriptions) tx(ctx context.Context) *gorm.DB { return s.db.gorm.WithContext(ctx) }
+
+// CreateSubscription implements subscriptions.Store.
+func (s *Subscriptions) CreateSubscription(ctx context.Context, sub subscriptions.Subscription) error {
+	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := s.lockEventTypes(tx, sub); err != nil {
+			return err
+		}
+		row := toSubscriptionRow(sub)
+		if err := tx.Create(&row).Error; err != nil {
+			return err
+		}
+		return tx.Create(toFilterRows(sub)).Error
+	})
+	return translate(err, nil, nil)
+}
+
+// lockEventTypes holds the filters' event types against a concurrent delete of
+// a version or event type between validation and insert (PostgreSQL; SQLite
+// has a single writer).
+func (s *Subscriptions) lockEventTypes(tx *gorm.DB, sub subscriptions.Subscription) error {
+	if s.db.dialect != Postgres || len(sub.EventTypes) == 0 {
+		return nil
+	}
+	ids := make([]uuid.UUID, len(sub.EventTypes))
+	for i, f := range sub.EventTypes {
+		ids[i] = f.EventTypeID
+	}
+	var locked []eventTypeRow
+	return tx.Clauses(clause.Locking{Strength: "SHARE"}).Where("id IN ?", ids).Find(&locked).Error
+}
+
+// Subscription implements subscriptions.Store.
+func (s *Subscriptions) Subscription(ctx context.Context, roomID, id uuid.UUID) (subscriptions.Subscription, error) {
+	var row subscriptionRow
+	if err := s.tx(ctx).Where("room_id = ? AND id = ?", roomID, id).Take(&row).Error; err != nil {
+		return subscriptions.Subscription{}, translate(err, subscriptions.ErrNotFound, nil)
+	}
+	subs, err := s.withFilters(ctx, []subscriptionRow{row})
+	if err != nil {
+		return subscriptions.Subscription{}, err
+	}
+	return subs[0], nil
+}
+
+// Subscriptions implements subscriptions.Store.
+func (s *Subscriptions) Subscriptions(ctx context.Context, q subscriptions.Query) ([]subscriptions.Subscription, error) {
+	tx := s.tx(ctx).Where("room_id = ?", q.RoomID).Order("id")
+	if q.Type != "" {
+		tx = tx.Where("type = ?", string(q.Type))
+	}
+	if q.Status != "" {
+		tx = tx.Where("status = ?", string(q.Status))
+	}
+	if q.After != uuid.Nil {
+		tx = tx.Where("id > ?", q.After)
+	}
+	if q.Limit > 0 {
+		tx = tx.Limit(q.Limit)
+	}
+	var rows []subscriptionRow
+	if err := tx.Find(&rows).Error; err != nil {
+		return nil, translate(err, nil, nil)
+	}
+	return s.withFilters(ctx, rows)
+}
+
+// withFilters loads the filters of rows in one query and builds the domain values.
+func (s *Subscriptions) withFilters(ctx context.Context, rows []subscriptionRow) ([]subscriptions.Subscription, error) {
+	out := make([]subscriptions.Subscription, len(rows))
+	if len(rows) == 0 {
+		return out, nil
+	}
+	ids := make([]uuid.UUID, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ID
+	}
+	var filters []struct {
+		SubscriptionID uuid.UUID
+		EventTypeID    uuid.UUID
+		Identifier     string
+		Version        int
+	}
+	err := s.tx(ctx).Table("subscription_event_types AS f").
+		Select("f.subscription_id, f.event_type_id, et.identifier, f.version").
+		Joins("JOIN event_types et ON et.id = f.event_type_id").
+		Where("f.subscription_id IN ?", ids).
+		Order("et.identifier, f.version").
+		Scan(&filters).Error
+	if err != nil {
+		return nil, translate(err, nil, nil)
+	}
+	byID := make(map[uuid.UUID][]subscriptions.Filter, len(rows))
+	for _, f := range filters {
+		list := byID[f.SubscriptionID]
+		i := slices.IndexFunc(list, func(x subscriptions.Filter) bool { return x.EventTypeID == f.EventTypeID })
+		if i < 0 {
+			list = append(list, subscriptions.Filter{EventTypeID: f.EventTypeID, EventType: f.Identifier, Versions: []int{}})
+			i = len(list) - 1
+		}
+		if f.Version != 0 {
+			list[i].Versions = append(list[i].Versions, f.Version)
+		}
+		byID[f.SubscriptionID] = list
+	}
+	for i, r := range rows {
+		out[i] = subscriptions.Subscription{
+			ID: r.ID, RoomID: r.RoomID, Type: subscriptions.Type(r.Type), PushURL: r.PushURL,
+			EventTypes:    byID[r.ID],
+			DeliveryDelay: r.DeliveryDelay, DeliveryDelayMultiplier: r.DeliveryDelayMultiplier,
+			DeliveryAttempts: r.DeliveryAttempts, Status: subscriptions.Status(r.Status),
+			CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
+		}
+	}
+	return out, nil
+}
+
+// UpdateSubscription implements subscriptions.Store.
+func (s *Subscriptions) UpdateSubscription(ctx context.Context, sub subscriptions.Subscription) error {
+	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := s.lockEventTypes(tx, sub); err != nil {
+			return err
+		}
+		row := toSubscriptionRow(sub)
+		res := tx.Model(&subscriptionRow{}).Where("room_id = ? AND id = ?", sub.RoomID, sub.ID).
+			Select("*").Omit("id", "room_id", "type", "created_at").Updates(&row)
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			return gorm.ErrRecordNotFound
+		}
+		if err := tx.Where("subscription_id = ?", sub.ID).Delete(&filterRow{}).Error; err != nil {
+			return err
+		}
+		return tx.Create(toFilterRows(sub)).Error
+	})
+	return translate(err, subscriptions.ErrNotFound, nil)
+}
+
+// DeleteSubscription implements subscriptions.Store.
+func (s *Subscriptions) DeleteSubscription(ctx context.Context, roomID, id uuid.UUID) error {
+	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Where("subscription_id = ?", id).Delete(&filterRow{}).Error; err != nil {
+			return err
+		}
+		res := tx.Where("room_id = ? AND id = ?", roomID, id).Delete(&subscriptionRow{})
+		if res.Error == nil && res.RowsAffected == 0 {
+			return gorm.ErrRecordNotFound
+		}
+		return res.Error
+	})
+	return translate(err, subscriptions.ErrNotFound, nil)
+}

@@ -1,0 +1,143 @@
+package subscriptions
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/roomhub/messaging-api/api"
+)
+
+// Routes registers the subscription endpoints under g (/v1).
+func Routes(g *echo.Group, s *Service) {
+	h := handlers{s: s}
+	g.POST("/rooms/:roomId/subscriptions", h.create)
+	g.GET("/rooms/:roomId/subscriptions", h.list)
+	g.GET("/rooms/:roomId/subscriptions/:subscriptionId", h.get)
+	g.PATCH("/rooms/:roomId/subscriptions/:subscriptionId", h.update)
+	g.DELETE("/rooms/:roomId/subscriptions/:subscriptionId", h.delete)
+}
+
+type handlers struct{ s *Service }
+
+type request struct {
+	Type                    api.Nullable[Type]          `json:"type"`
+	PushURL                 api.Nullable[string]        `json:"pushUrl"`
+	EventTypes              api.Nullable[[]FilterInput] `json:"eventTypes"`
+	DeliveryDelay           api.Nullable[int64]         `json:"deliveryDelay"`
+	DeliveryDelayMultiplier api.Nullable[float64]       `json:"deliveryDelayMultiplier"`
+	DeliveryAttempts        api.Nullable[int]           `json:"deliveryAttempts"`
+	Status                  api.Nullable[Status]        `json:"status"`
+}
+
+type response struct {
+	ID                      string        `json:"id"`
+	RoomID                  string        `json:"roomId"`
+	Type                    Type          `json:"type"`
+	PushURL                 *string       `json:"pushUrl"`
+	Destination             *string       `json:"destination"`
+	EventTypes              []FilterInput `json:"eventTypes"`
+	DeliveryDelay           *int64        `json:"deliveryDelay"`
+	DeliveryDelayMultiplier *float64      `json:"deliveryDelayMultiplier"`
+	DeliveryAttempts        *int          `json:"deliveryAttempts"`
+	Status                  Status        `json:"status"`
+	CreatedAt               time.Time     `json:"createdAt"`
+	UpdatedAt               time.Time     `json:"updatedAt"`
+}
+
+func toResponse(s Subscription) response {
+	r := response{
+		ID:                      s.ID.String(),
+		RoomID:                  s.RoomID.String(),
+		Type:                    s.Type,
+		EventTypes:              make([]FilterInput, len(s.EventTypes)),
+		DeliveryDelay:           s.DeliveryDelay,
+		DeliveryDelayMultiplier: s.DeliveryDelayMultiplier,
+		DeliveryAttempts:        s.DeliveryAttempts,
+		Status:                  s.Status,
+		CreatedAt:               s.CreatedAt,
+		UpdatedAt:               s.UpdatedAt,
+	}
+	for i, f := range s.EventTypes {
+		r.EventTypes[i] = FilterInput{EventType: f.EventType, Versions: f.Versions}
+	}
+	if s.Type == TypePush {
+		u := s.PushURL
+		r.PushURL = &u
+	} else {
+		d := s.Queue().FQQN()
+		r.Destination = &d
+	}
+	return r
+}
+
+func (h handlers) create(c echo.Context) error {
+	var req request
+	if err := api.Decode(c, &req); err != nil {
+		return err
+	}
+	s, err := h.s.Create(c.Request().Context(), c.Param("roomId"), Patch(req))
+	if err != nil {
+		return err
+	}
+	c.Response().Header().Set(echo.HeaderLocation, "/v1/rooms/"+s.RoomID.String()+"/subscriptions/"+s.ID.String())
+	return c.JSON(http.StatusCreated, toResponse(s))
+}
+
+func (h handlers) list(c echo.Context) error {
+	page, err := api.ParsePage(c, 50, 500)
+	if err != nil {
+		return err
+	}
+	var probs api.Problems
+	q := Query{Type: Type(c.QueryParam("type")), Status: Status(c.QueryParam("status"))}
+	if q.Type != "" && q.Type != TypePush && q.Type != TypePull {
+		probs.Add("type", "must be PUSH or PULL")
+	}
+	if q.Status != "" && q.Status != StatusActive && q.Status != StatusPaused && q.Status != StatusTerminated {
+		probs.Add("status", "must be ACTIVE, PAUSED or TERMINATED")
+	}
+	if err := probs.Err(); err != nil {
+		return err
+	}
+	subs, err := h.s.List(c.Request().Context(), c.Param("roomId"), q, page)
+	if err != nil {
+		return err
+	}
+	out := api.List[response]{Items: make([]response, len(subs))}
+	for i, s := range subs {
+		out.Items[i] = toResponse(s)
+	}
+	if len(subs) == page.Limit {
+		out.NextCursor = api.EncodeCursor(subs[len(subs)-1].ID.String())
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (h handlers) get(c echo.Context) error {
+	_, s, err := h.s.Get(c.Request().Context(), c.Param("roomId"), c.Param("subscriptionId"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toResponse(s))
+}
+
+func (h handlers) update(c echo.Context) error {
+	var req request
+	if err := api.Decode(c, &req); err != nil {
+		return err
+	}
+	s, err := h.s.Update(c.Request().Context(), c.Param("roomId"), c.Param("subscriptionId"), Patch(req))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toResponse(s))
+}
+
+func (h handlers) delete(c echo.Context) error {
+	if err := h.s.Delete(c.Request().Context(), c.Param("roomId"), c.Param("subscriptionId")); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}

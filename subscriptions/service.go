@@ -1,0 +1,307 @@
+package subscriptions
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/url"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/rooms"
+)
+
+const (
+	maxFilters     = 100
+	maxPushURLSize = 2048
+)
+
+// Service manages subscriptions.
+type Service struct {
+	store   Store
+	catalog Catalog
+	queues  Queues
+	now     func() time.Time
+	logger  *slog.Logger
+}
+
+// NewService wires a Service.
+func NewService(store Store, catalog Catalog, queues Queues, now func() time.Time, logger *slog.Logger) *Service {
+	return &Service{store: store, catalog: catalog, queues: queues, now: now, logger: logger}
+}
+
+// FilterInput is one entry of a request's eventTypes.
+type FilterInput struct {
+	EventType string `json:"eventType"`
+	Versions  []int  `json:"versions,omitempty"`
+}
+
+// Patch is a create or update request; absent fields keep their value.
+type Patch struct {
+	Type                    api.Nullable[Type]
+	PushURL                 api.Nullable[string]
+	EventTypes              api.Nullable[[]FilterInput]
+	DeliveryDelay           api.Nullable[int64]
+	DeliveryDelayMultiplier api.Nullable[float64]
+	DeliveryAttempts        api.Nullable[int]
+	Status                  api.Nullable[Status]
+}
+
+// apply validates p against room and writes it onto s.
+func (svc *Service) apply(ctx context.Context, room rooms.Room, s *Subscription, p Patch, creating bool) error {
+	var probs api.Problems
+	switch {
+	case creating && (!p.Type.Set || p.Type.Null):
+		probs.Add("type", "is required: PUSH or PULL")
+	case creating:
+		if p.Type.Value != TypePush && p.Type.Value != TypePull {
+			probs.Add("type", "must be PUSH or PULL")
+		}
+		s.Type = p.Type.Value
+	case p.Type.Set && p.Type.Value != s.Type:
+		probs.Add("type", "cannot be changed; create another subscription")
+	}
+
+	if p.PushURL.Set {
+		s.PushURL = ""
+		if !p.PushURL.Null {
+			s.PushURL = p.PushURL.Value
+		}
+	}
+	switch {
+	case s.Type == TypePush && s.PushURL == "":
+		probs.Add("pushUrl", "is required for a PUSH subscription")
+	case s.Type == TypePush:
+		if msg := checkPushURL(s.PushURL); msg != "" {
+			probs.Add("pushUrl", msg)
+		}
+	case s.Type == TypePull && s.PushURL != "":
+		probs.Add("pushUrl", "is only for PUSH subscriptions")
+	}
+
+	if creating && (!p.EventTypes.Set || p.EventTypes.Null) {
+		probs.Add("eventTypes", "is required: at least one event type")
+	} else if p.EventTypes.Set {
+		if p.EventTypes.Null {
+			probs.Add("eventTypes", "must not be null")
+		} else {
+			filters, err := svc.resolveFilters(ctx, room, p.EventTypes.Value, &probs)
+			if err != nil {
+				return err
+			}
+			s.EventTypes = filters
+		}
+	}
+
+	if p.DeliveryDelay.Set {
+		s.DeliveryDelay = p.DeliveryDelay.Ptr()
+		if v := s.DeliveryDelay; v != nil && (*v < 1 || *v > rooms.MaxDeliveryDelay) {
+			probs.Add("deliveryDelay", fmt.Sprintf("must be null (the room's) or from 1 to %d ms", rooms.MaxDeliveryDelay))
+		}
+	}
+	if p.DeliveryDelayMultiplier.Set {
+		s.DeliveryDelayMultiplier = p.DeliveryDelayMultiplier.Ptr()
+		if v := s.DeliveryDelayMultiplier; v != nil && (math.IsNaN(*v) || *v < 1 || *v > rooms.MaxDeliveryDelayMultiplier) {
+			probs.Add("deliveryDelayMultiplier", fmt.Sprintf("must be null (the room's) or from 1.0 to %g", rooms.MaxDeliveryDelayMultiplier))
+		}
+	}
+	if p.DeliveryAttempts.Set {
+		s.DeliveryAttempts = p.DeliveryAttempts.Ptr()
+		if v := s.DeliveryAttempts; v != nil && (*v < 0 || *v > rooms.MaxDeliveryAttempts) {
+			probs.Add("deliveryAttempts", fmt.Sprintf("must be null (the room's) or from 0 to %d", rooms.MaxDeliveryAttempts))
+		}
+	}
+
+	if p.Status.Set {
+		switch {
+		case p.Status.Null:
+			probs.Add("status", "must not be null")
+		case p.Status.Value != StatusActive && p.Status.Value != StatusPaused && p.Status.Value != StatusTerminated:
+			probs.Add("status", "must be ACTIVE, PAUSED or TERMINATED")
+		default:
+			s.Status = p.Status.Value
+		}
+	}
+	return probs.Err()
+}
+
+// checkPushURL returns what is wrong with a push URL, or "".
+func checkPushURL(raw string) string {
+	if len(raw) > maxPushURLSize {
+		return fmt.Sprintf("must be at most %d characters", maxPushURLSize)
+	}
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return "is not a URL"
+	case u.Scheme != "http" && u.Scheme != "https":
+		return "must be an absolute http or https URL"
+	case u.Host == "" || u.Hostname() == "":
+		return "must name a host"
+	case u.Fragment != "":
+		return "must not have a #fragment"
+	}
+	return ""
+}
+
+// resolveFilters checks each filter's event type and versions exist in room.
+// Problems go to probs; only unexpected errors are returned.
+func (svc *Service) resolveFilters(ctx context.Context, room rooms.Room, in []FilterInput, probs *api.Problems) ([]Filter, error) {
+	if len(in) == 0 {
+		probs.Add("eventTypes", "must name at least one event type")
+		return nil, nil
+	}
+	if len(in) > maxFilters {
+		probs.Add("eventTypes", fmt.Sprintf("must name at most %d event types", maxFilters))
+		return nil, nil
+	}
+	seen := map[string]bool{}
+	out := make([]Filter, 0, len(in))
+	for i, f := range in {
+		field := fmt.Sprintf("eventTypes[%d]", i)
+		if f.EventType == "" {
+			probs.Add(field+".eventType", "is required")
+			continue
+		}
+		if seen[f.EventType] {
+			probs.Add(field+".eventType", fmt.Sprintf("event type %q is listed twice", f.EventType))
+			continue
+		}
+		seen[f.EventType] = true
+		_, et, err := svc.catalog.EventType(ctx, room.ID.String(), f.EventType)
+		if errors.Is(err, rooms.ErrEventTypeNotFound) {
+			probs.Add(field+".eventType", fmt.Sprintf("event type %q does not exist in room %q", f.EventType, room.Identifier))
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		versions := make([]int, 0, len(f.Versions))
+		seenV := map[int]bool{}
+		for j, v := range f.Versions {
+			vfield := fmt.Sprintf("%s.versions[%d]", field, j)
+			if seenV[v] {
+				probs.Add(vfield, fmt.Sprintf("version %d is listed twice", v))
+				continue
+			}
+			seenV[v] = true
+			_, err := svc.catalog.Version(ctx, room.ID.String(), f.EventType, v)
+			if errors.Is(err, rooms.ErrVersionNotFound) {
+				probs.Add(vfield, fmt.Sprintf("version %d of event type %q does not exist", v, f.EventType))
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			versions = append(versions, v)
+		}
+		out = append(out, Filter{EventTypeID: et.ID, EventType: et.Identifier, Versions: versions})
+	}
+	return out, nil
+}
+
+// Create validates p and creates the subscription; a PULL subscription's
+// queue is created on the broker first, so nothing is stored without it.
+func (svc *Service) Create(ctx context.Context, roomRef string, p Patch) (Subscription, error) {
+	room, err := svc.catalog.Room(ctx, roomRef)
+	if err != nil {
+		return Subscription{}, err
+	}
+	now := svc.now().UTC()
+	s := Subscription{
+		ID:        uuid.Must(uuid.NewV7()),
+		RoomID:    room.ID,
+		Status:    StatusActive,
+		CreatedAt: now,
+		UpdatedAt: now,
+	}
+	if err := svc.apply(ctx, room, &s, p, true); err != nil {
+		return Subscription{}, err
+	}
+	if s.Type == TypePull {
+		if err := svc.queues.EnsureQueue(ctx, s.Queue()); err != nil {
+			return Subscription{}, fmt.Errorf("create queue %s: %v: %w", s.Queue(), err, api.ErrUnavailable)
+		}
+	}
+	if err := svc.store.CreateSubscription(ctx, s); err != nil {
+		return Subscription{}, err
+	}
+	return s, nil
+}
+
+// Get finds a subscription of the room roomRef names.
+func (svc *Service) Get(ctx context.Context, roomRef, id string) (rooms.Room, Subscription, error) {
+	room, err := svc.catalog.Room(ctx, roomRef)
+	if err != nil {
+		return rooms.Room{}, Subscription{}, err
+	}
+	sid, err := uuid.Parse(id)
+	if err != nil {
+		return rooms.Room{}, Subscription{}, ErrNotFound
+	}
+	s, err := svc.store.Subscription(ctx, room.ID, sid)
+	if err != nil {
+		return rooms.Room{}, Subscription{}, err
+	}
+	return room, s, nil
+}
+
+// List lists the room's subscriptions in creation order.
+func (svc *Service) List(ctx context.Context, roomRef string, q Query, page api.Page) ([]Subscription, error) {
+	room, err := svc.catalog.Room(ctx, roomRef)
+	if err != nil {
+		return nil, err
+	}
+	q.RoomID = room.ID
+	q.Limit = page.Limit
+	if page.After != "" {
+		id, err := uuid.Parse(page.After)
+		if err != nil {
+			return nil, api.Invalid("cursor", "is not a cursor this API returned")
+		}
+		q.After = id
+	}
+	return svc.store.Subscriptions(ctx, q)
+}
+
+// Update applies p to a subscription. A TERMINATED subscription cannot change.
+func (svc *Service) Update(ctx context.Context, roomRef, id string, p Patch) (Subscription, error) {
+	room, s, err := svc.Get(ctx, roomRef, id)
+	if err != nil {
+		return Subscription{}, err
+	}
+	if s.Status == StatusTerminated {
+		return Subscription{}, ErrTerminated
+	}
+	if err := svc.apply(ctx, room, &s, p, false); err != nil {
+		return Subscription{}, err
+	}
+	s.UpdatedAt = svc.now().UTC()
+	if err := svc.store.UpdateSubscription(ctx, s); err != nil {
+		return Subscription{}, err
+	}
+	return s, nil
+}
+
+// Delete deletes a subscription and, for PULL, its queue and the messages in it.
+func (svc *Service) Delete(ctx context.Context, roomRef, id string) error {
+	_, s, err := svc.Get(ctx, roomRef, id)
+	if err != nil {
+		return err
+	}
+	if err := svc.store.DeleteSubscription(ctx, s.RoomID, s.ID); err != nil {
+		return err
+	}
+	if s.Type == TypePull {
+		// The subscription is gone either way; a queue left behind only holds
+		// messages nobody can pull, so this is worth a warning, not a failure.
+		if err := svc.queues.DeleteQueue(ctx, s.Queue()); err != nil {
+			svc.logger.WarnContext(ctx, "pull queue not deleted", slog.String("queue", s.Queue().FQQN()), slog.Any("error", err))
+		}
+	}
+	return nil
+}

@@ -1,0 +1,122 @@
+// Package subscriptions owns PUSH and PULL subscriptions of a room: which event
+// types and versions each receives, its delivery overrides, its status, the
+// broker queue of a PULL subscription, and the HTTP handlers that manage them.
+package subscriptions
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/rooms"
+)
+
+// Sentinel errors.
+var (
+	ErrNotFound   = fmt.Errorf("subscription %w", api.ErrNotFound)
+	ErrTerminated = fmt.Errorf("the subscription is TERMINATED, which is final: %w", api.ErrConflict)
+)
+
+// Type says how messages reach the subscriber.
+type Type string
+
+const (
+	TypePush Type = "PUSH" // the dispatcher POSTs each message to PushURL
+	TypePull Type = "PULL" // the subscriber pulls from its own queue
+)
+
+// Status of a subscription. PAUSED holds messages; TERMINATED is final and
+// drops them.
+type Status string
+
+const (
+	StatusActive     Status = "ACTIVE"
+	StatusPaused     Status = "PAUSED"
+	StatusTerminated Status = "TERMINATED"
+)
+
+// Filter selects one event type and, when Versions is not empty, only those
+// versions of it.
+type Filter struct {
+	EventTypeID uuid.UUID
+	EventType   string
+	Versions    []int
+}
+
+// Matches reports whether an event of this type id and version passes the filter.
+func (f Filter) Matches(eventTypeID uuid.UUID, version int) bool {
+	return f.EventTypeID == eventTypeID && (len(f.Versions) == 0 || slices.Contains(f.Versions, version))
+}
+
+// Subscription receives the events of a room that its filters match.
+type Subscription struct {
+	ID         uuid.UUID
+	RoomID     uuid.UUID
+	Type       Type
+	PushURL    string
+	EventTypes []Filter
+	// Overrides of the room's delivery defaults; nil uses the room's.
+	DeliveryDelay           *int64
+	DeliveryDelayMultiplier *float64
+	DeliveryAttempts        *int
+	Status                  Status
+	CreatedAt               time.Time
+	UpdatedAt               time.Time
+}
+
+// Queue is the broker queue of a PULL subscription on its room's address.
+func (s Subscription) Queue() broker.Destination {
+	return QueueOf(s.RoomID, s.ID)
+}
+
+// QueueOf is the broker queue of PULL subscription id in room roomID.
+func QueueOf(roomID, id uuid.UUID) broker.Destination {
+	return broker.Destination{Address: rooms.Address(roomID), Queue: "subscription-" + id.String()}
+}
+
+// Matches reports whether the subscription receives an event of this type and version.
+func (s Subscription) Matches(eventTypeID uuid.UUID, version int) bool {
+	for _, f := range s.EventTypes {
+		if f.Matches(eventTypeID, version) {
+			return true
+		}
+	}
+	return false
+}
+
+// Query selects subscriptions of a room, ordered by id.
+type Query struct {
+	RoomID uuid.UUID
+	Type   Type   // "" for any
+	Status Status // "" for any
+	Limit  int    // 0 for all
+	After  uuid.UUID
+}
+
+// Store is what the service needs from persistence.
+type Store interface {
+	CreateSubscription(ctx context.Context, s Subscription) error
+	Subscription(ctx context.Context, roomID, id uuid.UUID) (Subscription, error)
+	Subscriptions(ctx context.Context, q Query) ([]Subscription, error)
+	// UpdateSubscription saves s, replacing its filters.
+	UpdateSubscription(ctx context.Context, s Subscription) error
+	DeleteSubscription(ctx context.Context, roomID, id uuid.UUID) error
+}
+
+// Catalog finds rooms, event types and versions (rooms.Service is one).
+type Catalog interface {
+	Room(ctx context.Context, ref string) (rooms.Room, error)
+	EventType(ctx context.Context, ref, identifier string) (rooms.Room, rooms.EventType, error)
+	Version(ctx context.Context, ref, eventType string, version int) (rooms.Version, error)
+}
+
+// Queues creates and removes the broker queues of PULL subscriptions.
+type Queues interface {
+	EnsureQueue(ctx context.Context, dest broker.Destination) error
+	DeleteQueue(ctx context.Context, dest broker.Destination) error
+}
