@@ -85,4 +85,3 @@ func TestOpenRejectsUnknownURL(t *testing.T) {
 		t.Errorf("error %q should name DATABASE_URL and hide the password", got)
 	}
 }
-
