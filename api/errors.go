@@ -21,7 +21,10 @@ var (
 // FieldError says what is wrong with one field. Field is a dotted path into the
 // request (`eventTypes[0].versions[1]`), or a query or path parameter name.
 type FieldError struct {
-	Field   string `json:"field"`
+	Field string `json:"field"`
+	// Pointer is the RFC 6901 JSON pointer into the request body of the value
+	// at fault, when there is one (schema violations of a payload).
+	Pointer string `json:"pointer,omitempty"`
 	Message string `json:"message"`
 }
 
@@ -55,6 +58,11 @@ func (p *Problems) Add(field, message string) {
 	p.fields = append(p.fields, FieldError{Field: field, Message: message})
 }
 
+// AddPointer records a problem with the value at pointer inside field.
+func (p *Problems) AddPointer(field, pointer, message string) {
+	p.fields = append(p.fields, FieldError{Field: field, Pointer: pointer, Message: message})
+}
+
 // Merge adds the fields of a ValidationError under prefix.
 func (p *Problems) Merge(prefix string, err *ValidationError) {
 	for _, f := range err.Fields {
@@ -65,6 +73,9 @@ func (p *Problems) Merge(prefix string, err *ValidationError) {
 		p.fields = append(p.fields, FieldError{Field: name, Message: f.Message})
 	}
 }
+
+// Len is how many problems were recorded.
+func (p *Problems) Len() int { return len(p.fields) }
 
 // Err is nil when nothing was added, else a *ValidationError.
 func (p *Problems) Err() error {

@@ -20,9 +20,18 @@ type Config struct {
 	HTTP           HTTPConfig
 	DatabaseURL    string
 	BrokerURL      string
+	PushQueue      broker.Destination
+	Outbox         OutboxConfig
 	LogLevel       slog.Level
 	LogFormat      string
 	MigrateOnStart bool
+}
+
+// OutboxConfig configures the outbox relay and the purge of old events.
+type OutboxConfig struct {
+	Poll          time.Duration
+	Retention     time.Duration
+	PurgeInterval time.Duration
 }
 
 // HTTPConfig configures the API server.
@@ -56,6 +65,20 @@ var settings = []setting{
 		c.BrokerURL = v
 		return nil
 	}},
+	{"PUSH_QUEUE", "push-queue", "messaging.push", "the shared queue of PUSH deliveries: NAME, or ADDRESS::QUEUE", func(c *Config, v string) error {
+		addr, queue, ok := strings.Cut(v, "::")
+		if !ok {
+			queue = addr
+		}
+		if addr == "" || queue == "" || strings.ContainsAny(v, " \n\r") {
+			return errors.New("must be NAME or ADDRESS::QUEUE")
+		}
+		c.PushQueue = broker.Destination{Address: addr, Queue: queue}
+		return nil
+	}},
+	{"OUTBOX_POLL_INTERVAL", "outbox-poll", "1s", "how often the outbox relay looks for sends left pending (by a crash or a broker outage)", durationInto(func(c *Config) *time.Duration { return &c.Outbox.Poll })},
+	{"EVENT_RETENTION", "event-retention", "168h", "how long events and their log are kept when the room does not expire them sooner (at least 24h, the idempotency window)", durationInto(func(c *Config) *time.Duration { return &c.Outbox.Retention })},
+	{"PURGE_INTERVAL", "purge-interval", "10m", "how often expired events and logs are purged", durationInto(func(c *Config) *time.Duration { return &c.Outbox.PurgeInterval })},
 	{"LOG_LEVEL", "log-level", "info", "debug, info, warn or error", func(c *Config, v string) error {
 		return c.LogLevel.UnmarshalText([]byte(v))
 	}},

@@ -13,10 +13,12 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/store"
 )
 
@@ -70,7 +72,28 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	defer b.Close()
 
-	return serve(ctx, cfg, logger, newServer(cfg, logger, db, b))
+	if err := b.EnsureQueue(ctx, cfg.PushQueue); err != nil {
+		return fmt.Errorf("broker: create push queue %s: %w", cfg.PushQueue, err)
+	}
+
+	relayCfg := publish.DefaultRelayConfig
+	relayCfg.Poll = cfg.Outbox.Poll
+	relay := publish.NewRelay(db.Events(), b, relayCfg, clock, logger)
+	purger := publish.NewPurger(db.Events(), cfg.Outbox.Retention, cfg.Outbox.PurgeInterval, clock, logger)
+
+	// Background workers stop after the HTTP server, so requests accepted
+	// during shutdown still get relayed.
+	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
+	var wg sync.WaitGroup
+	wg.Go(func() { relay.Run(workCtx) })
+	wg.Go(func() { purger.Run(workCtx) })
+	defer func() {
+		stopWork()
+		wg.Wait()
+	}()
+	err = serve(ctx, cfg, logger, newServer(cfg, logger, db, b, relay))
+	relay.Notify()
+	return err
 }
 
 // serve runs srv until ctx is done, then gives in-flight requests

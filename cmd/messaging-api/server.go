@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/store"
 	"github.com/roomhub/messaging-api/subscriptions"
@@ -22,8 +23,14 @@ type brokerConn interface {
 	Connected() bool
 }
 
+// relayState is what the HTTP server needs of the outbox relay.
+type relayState interface {
+	publish.Notifier
+	Healthy() error
+}
+
 // newServer builds the echo server with every route.
-func newServer(cfg Config, logger *slog.Logger, db *store.DB, b brokerConn) *echo.Echo {
+func newServer(cfg Config, logger *slog.Logger, db *store.DB, b brokerConn, relay relayState) *echo.Echo {
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
@@ -41,32 +48,40 @@ func newServer(cfg Config, logger *slog.Logger, db *store.DB, b brokerConn) *ech
 	}))
 	e.Use(middleware.BodyLimit(formatBytes(cfg.HTTP.BodyLimit)))
 
-	roomSvc := rooms.NewService(db.Rooms(), time.Now)
-	subSvc := subscriptions.NewService(db.Subscriptions(), roomSvc, b, time.Now, logger)
+	roomSvc := rooms.NewService(db.Rooms(), clock)
+	subSvc := subscriptions.NewService(db.Subscriptions(), roomSvc, b, clock, logger)
 
 	e.GET("/healthz", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 	})
-	e.GET("/readyz", readiness(db, b))
+	e.GET("/readyz", readiness(db, b, relay))
 
 	v1 := e.Group("/v1")
 	rooms.Routes(v1, roomSvc)
 	subscriptions.Routes(v1, subSvc)
+	publish.Routes(v1, publish.NewService(roomSvc, db.Subscriptions(), db.Events(), relay, cfg.PushQueue, clock))
 	return e
 }
+
+// clock is the service's time: UTC, truncated to what PostgreSQL stores
+// (microseconds), so a value answered at creation equals the one read back.
+func clock() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
 
 type readyResponse struct {
 	Status string            `json:"status"`
 	Checks map[string]string `json:"checks"`
 }
 
-// readiness answers 200 when the database answers and the broker is connected,
-// else 503 naming what is down.
-func readiness(db *store.DB, b brokerConn) echo.HandlerFunc {
+// readiness answers 200 when the database answers, the broker is connected
+// and the outbox relay's last round worked, else 503 naming what is down.
+func readiness(db *store.DB, b brokerConn, relay relayState) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 		defer cancel()
-		resp := readyResponse{Status: "ready", Checks: map[string]string{"database": "ok", "broker": "ok"}}
+		resp := readyResponse{Status: "ready", Checks: map[string]string{"database": "ok", "broker": "ok", "outbox": "ok"}}
+		if relay.Healthy() != nil {
+			resp.Status, resp.Checks["outbox"] = "unavailable", "failing"
+		}
 		if err := db.Ping(ctx); err != nil {
 			resp.Status, resp.Checks["database"] = "unavailable", "unreachable"
 		}

@@ -1,0 +1,207 @@
+package publish
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"github.com/roomhub/messaging-api/api"
+)
+
+// Routes registers the publish and message-log endpoints under g (/v1).
+func Routes(g *echo.Group, s *Service) {
+	h := handlers{s: s}
+	g.POST("/rooms/:roomId/messages", h.publish)
+	g.POST("/rooms/:roomId/messages\\:batch", h.publishBatch)
+	g.GET("/rooms/:roomId/messages", h.list)
+	g.GET("/rooms/:roomId/messages/:eventId", h.get)
+}
+
+type handlers struct{ s *Service }
+
+type publishResponse struct {
+	EventID          string     `json:"eventId"`
+	CorrelationID    string     `json:"correlationId"`
+	EventType        string     `json:"eventType"`
+	EventTypeVersion int        `json:"eventTypeVersion"`
+	Destinations     int        `json:"destinations"`
+	PublishedAt      time.Time  `json:"publishedAt"`
+	ExpiresAt        *time.Time `json:"expiresAt"`
+}
+
+func toPublishResponse(e Event) publishResponse {
+	return publishResponse{
+		EventID: e.ID.String(), CorrelationID: e.CorrelationID, EventType: e.EventType,
+		EventTypeVersion: e.Version, Destinations: e.Destinations, PublishedAt: e.PublishedAt,
+		ExpiresAt: optTime(e.ExpiresAt),
+	}
+}
+
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// correlationHeader applies X-Correlation-ID to an input without its own.
+func correlationHeader(c echo.Context, in *Input, field string) error {
+	h := c.Request().Header.Get("X-Correlation-ID")
+	switch {
+	case h == "":
+	case in.CorrelationID == "":
+		in.CorrelationID = h
+	case in.CorrelationID != h:
+		return api.Invalid(field, "differs from the X-Correlation-ID header; send one or make them equal")
+	}
+	return nil
+}
+
+func (h handlers) publish(c echo.Context) error {
+	var in Input
+	if err := api.Decode(c, &in); err != nil {
+		return err
+	}
+	if err := correlationHeader(c, &in, "correlationId"); err != nil {
+		return err
+	}
+	res, err := h.s.Publish(c.Request().Context(), c.Param("roomId"), []Input{in}, c.Request().Header.Get("Idempotency-Key"), false)
+	if err != nil {
+		return err
+	}
+	if res[0].Replayed {
+		c.Response().Header().Set("Idempotent-Replayed", "true")
+	}
+	c.Response().Header().Set(echo.HeaderLocation, fmt.Sprintf("/v1/rooms/%s/messages/%s", res[0].Event.RoomID, res[0].Event.ID))
+	return c.JSON(http.StatusAccepted, toPublishResponse(res[0].Event))
+}
+
+type batchRequest struct {
+	Messages []Input `json:"messages"`
+}
+
+func (h handlers) publishBatch(c echo.Context) error {
+	var req batchRequest
+	if err := api.Decode(c, &req); err != nil {
+		return err
+	}
+	if len(req.Messages) == 0 || len(req.Messages) > MaxBatch {
+		return api.Invalid("messages", fmt.Sprintf("must hold 1 to %d messages", MaxBatch))
+	}
+	for i := range req.Messages {
+		if err := correlationHeader(c, &req.Messages[i], fmt.Sprintf("messages[%d].correlationId", i)); err != nil {
+			return err
+		}
+	}
+	res, err := h.s.Publish(c.Request().Context(), c.Param("roomId"), req.Messages, c.Request().Header.Get("Idempotency-Key"), true)
+	if err != nil {
+		return err
+	}
+	out := api.List[publishResponse]{Items: make([]publishResponse, len(res))}
+	for i, r := range res {
+		out.Items[i] = toPublishResponse(r.Event)
+	}
+	if len(res) > 0 && res[0].Replayed {
+		c.Response().Header().Set("Idempotent-Replayed", "true")
+	}
+	return c.JSON(http.StatusAccepted, out)
+}
+
+type attemptResponse struct {
+	ID             string     `json:"id"`
+	Attempt        int        `json:"attempt"`
+	ScheduledDelay int64      `json:"scheduledDelay"`
+	CreatedAt      time.Time  `json:"createdAt"`
+	SentAt         *time.Time `json:"sentAt"`
+	Status         Status     `json:"status"`
+	StatusCode     *int       `json:"statusCode"`
+	Error          string     `json:"error,omitempty"`
+	CompletedAt    *time.Time `json:"completedAt"`
+}
+
+type deliveryResponse struct {
+	SubscriptionID   string            `json:"subscriptionId"`
+	SubscriptionType string            `json:"subscriptionType"`
+	Destination      string            `json:"destination"`
+	Attempts         []attemptResponse `json:"attempts"`
+}
+
+type eventResponse struct {
+	EventID          string             `json:"eventId"`
+	RoomID           string             `json:"roomId"`
+	CorrelationID    string             `json:"correlationId"`
+	EventType        string             `json:"eventType"`
+	EventTypeVersion int                `json:"eventTypeVersion"`
+	Payload          json.RawMessage    `json:"payload"`
+	Attributes       map[string]string  `json:"attributes"`
+	Destinations     int                `json:"destinations"`
+	PublishedAt      time.Time          `json:"publishedAt"`
+	ExpiresAt        *time.Time         `json:"expiresAt"`
+	Deliveries       []deliveryResponse `json:"deliveries"`
+}
+
+// toEventResponse groups the sends of e by subscription, each in attempt order.
+func toEventResponse(e Event, sends []Send) eventResponse {
+	r := eventResponse{
+		EventID: e.ID.String(), RoomID: e.RoomID.String(), CorrelationID: e.CorrelationID,
+		EventType: e.EventType, EventTypeVersion: e.Version, Payload: e.Payload, Attributes: e.Attributes,
+		Destinations: e.Destinations, PublishedAt: e.PublishedAt, ExpiresAt: optTime(e.ExpiresAt),
+		Deliveries: []deliveryResponse{},
+	}
+	if r.Attributes == nil {
+		r.Attributes = map[string]string{}
+	}
+	index := map[uuid.UUID]int{}
+	for _, s := range sends {
+		i, ok := index[s.SubscriptionID]
+		if !ok {
+			i = len(r.Deliveries)
+			index[s.SubscriptionID] = i
+			r.Deliveries = append(r.Deliveries, deliveryResponse{
+				SubscriptionID: s.SubscriptionID.String(), SubscriptionType: s.SubscriptionType, Destination: s.Destination,
+			})
+		}
+		var code *int
+		if s.StatusCode != 0 {
+			v := s.StatusCode
+			code = &v
+		}
+		r.Deliveries[i].Attempts = append(r.Deliveries[i].Attempts, attemptResponse{
+			ID: s.ID.String(), Attempt: s.Attempt, ScheduledDelay: s.ScheduledDelay.Milliseconds(),
+			CreatedAt: s.CreatedAt, SentAt: optTime(s.SentAt), Status: s.Status, StatusCode: code,
+			Error: s.Error, CompletedAt: optTime(s.CompletedAt),
+		})
+	}
+	return r
+}
+
+func (h handlers) get(c echo.Context) error {
+	ev, sends, err := h.s.Event(c.Request().Context(), c.Param("roomId"), c.Param("eventId"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toEventResponse(ev, sends))
+}
+
+func (h handlers) list(c echo.Context) error {
+	page, err := api.ParsePage(c, 50, 200)
+	if err != nil {
+		return err
+	}
+	evs, sends, err := h.s.Events(c.Request().Context(), c.Param("roomId"), c.QueryParam("correlationId"), page)
+	if err != nil {
+		return err
+	}
+	out := api.List[eventResponse]{Items: make([]eventResponse, len(evs))}
+	for i, e := range evs {
+		out.Items[i] = toEventResponse(e, sends[e.ID])
+	}
+	if len(evs) == page.Limit {
+		out.NextCursor = api.EncodeCursor(evs[len(evs)-1].ID.String())
+	}
+	return c.JSON(http.StatusOK, out)
+}

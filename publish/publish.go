@@ -1,0 +1,129 @@
+// Package publish accepts events for a room, validates them against their
+// event type version's JSON Schema, resolves the subscriptions they go to, and
+// stores the event with one pending send per destination in one transaction
+// (the transactional outbox). The Relay then sends every pending row to the
+// broker and marks it sent once the broker has confirmed it, so a 202 from the
+// publish endpoint survives a broker outage or a crash right after answering.
+package publish
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/roomhub/messaging-api/api"
+)
+
+// Sentinel errors.
+var (
+	ErrRoomTerminated = fmt.Errorf("the room is TERMINATED and accepts no events: %w", api.ErrConflict)
+	ErrEventNotFound  = fmt.Errorf("event %w", api.ErrNotFound)
+	ErrIdempotencyKey = fmt.Errorf("the Idempotency-Key was already used with a different request: %w", api.ErrConflict)
+	ErrNoVersions     = fmt.Errorf("the event type has no versions yet: %w", api.ErrNotFound)
+	// ErrDuplicateKey is the store's word that an idempotency key is taken.
+	ErrDuplicateKey = fmt.Errorf("idempotency key taken: %w", api.ErrConflict)
+)
+
+// Status of one send in the published-messages log.
+type Status string
+
+const (
+	StatusPending      Status = "pending"       // stored, not yet confirmed by the broker
+	StatusSent         Status = "sent"          // in the broker, awaiting delivery
+	StatusDelivered    Status = "delivered"     // the subscriber took it (2xx, or ack)
+	StatusFailed       Status = "failed"        // this attempt failed; a later row retries it
+	StatusExpired      Status = "expired"       // expired before it could be delivered
+	StatusDeadLettered Status = "dead_lettered" // no more attempts
+	StatusDropped      Status = "dropped"       // its subscription was terminated or deleted
+)
+
+// Event is one published event.
+type Event struct {
+	ID     uuid.UUID
+	RoomID uuid.UUID
+	// RequestID is shared by the events of one publish request (a batch).
+	RequestID      uuid.UUID
+	CorrelationID  string
+	EventTypeID    uuid.UUID
+	EventType      string
+	Version        int
+	Payload        json.RawMessage
+	Attributes     map[string]string
+	IdempotencyKey string
+	RequestHash    string
+	Destinations   int
+	PublishedAt    time.Time
+	ExpiresAt      time.Time // zero: never
+}
+
+// Send is one row of the published-messages log: one copy of an event sent
+// (or owed) to the broker for one subscription and attempt.
+type Send struct {
+	ID               uuid.UUID
+	EventID          uuid.UUID
+	RoomID           uuid.UUID
+	CorrelationID    string
+	SubscriptionID   uuid.UUID
+	SubscriptionType string
+	Destination      string // the broker queue, FQQN
+	Attempt          int
+	ScheduledDelay   time.Duration
+	CreatedAt        time.Time
+	SentAt           time.Time // zero while pending
+	Status           Status
+	StatusCode       int // HTTP status of a push attempt, 0 if none
+	Error            string
+	CompletedAt      time.Time
+}
+
+// Pending is a send the relay owes the broker, with what it needs to build the message.
+type Pending struct {
+	Send
+	Event Event
+}
+
+// Store persists events and the log.
+type Store interface {
+	// Publish stores each event with its sends in one transaction. An event
+	// whose idempotency key is taken fails the whole call with ErrDuplicateKey.
+	Publish(ctx context.Context, events []Event, sends []Send) error
+	EventByIdempotencyKey(ctx context.Context, roomID uuid.UUID, key string) (Event, error)
+	EventsByRequest(ctx context.Context, roomID, requestID uuid.UUID) ([]Event, error)
+	Event(ctx context.Context, roomID, id uuid.UUID) (Event, error)
+	Events(ctx context.Context, q EventQuery) ([]Event, error)
+	Sends(ctx context.Context, eventIDs []uuid.UUID) ([]Send, error)
+
+	// ClaimPending leases up to limit pending sends to owner until the lease
+	// ends, skipping rows another relay holds.
+	ClaimPending(ctx context.Context, owner string, until time.Time, limit int) ([]Pending, error)
+	// MarkSent records the broker's confirmation of these sends.
+	MarkSent(ctx context.Context, ids []uuid.UUID, at time.Time) error
+	// Release gives up the lease on sends that could not be sent.
+	Release(ctx context.Context, ids []uuid.UUID) error
+	// Complete sets the outcome of sends (expired, ...).
+	Complete(ctx context.Context, ids []uuid.UUID, status Status, errText string, at time.Time) error
+	// PurgeEvents deletes events (with their log rows) that q selects and
+	// returns how many went.
+	PurgeEvents(ctx context.Context, q PurgeQuery) (int, error)
+}
+
+// EventQuery selects events of a room, newest first.
+type EventQuery struct {
+	RoomID        uuid.UUID
+	CorrelationID string
+	Limit         int
+	Before        uuid.UUID // uuid.Nil: from the newest
+}
+
+// PurgeQuery selects events to delete: published before PublishedBefore (the
+// idempotency window) and either published before RetainedBefore or expired
+// by Now; never one that still owes the broker a send, unless it expired.
+type PurgeQuery struct {
+	PublishedBefore time.Time
+	RetainedBefore  time.Time
+	Now             time.Time
+	Limit           int
+}

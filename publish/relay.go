@@ -1,0 +1,228 @@
+package publish
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/roomhub/messaging-api/broker"
+)
+
+// Headers every copy of an event carries, besides correlation-id, x-attempt,
+// expires and persistent (see broker).
+const (
+	HeaderEventID        = "x-event-id"
+	HeaderRoomID         = "x-room-id"
+	HeaderSubscriptionID = "x-subscription-id"
+	HeaderEventType      = "x-event-type"
+	HeaderEventVersion   = "x-event-version"
+	HeaderPublishedAt    = "x-published-at" // epoch ms
+	HeaderSendID         = "x-send-id"      // the published_messages row of this copy
+	// AttributePrefix prefixes each publisher attribute's header name.
+	AttributePrefix = "x-attr-"
+)
+
+// Sender is what the relay needs of the broker.
+type Sender interface {
+	Send(ctx context.Context, msg broker.Message) error
+}
+
+// RelayConfig tunes the Relay.
+type RelayConfig struct {
+	// Batch is how many pending sends one round claims.
+	Batch int
+	// Concurrency is how many broker sends are in flight at once.
+	Concurrency int
+	// Poll is how often the relay looks for pending sends it was not told about
+	// (left by a crashed process, or by a broker outage).
+	Poll time.Duration
+	// Lease is how long a claim lasts before another relay may take the row.
+	Lease time.Duration
+	// SendTimeout bounds one broker send.
+	SendTimeout time.Duration
+}
+
+// DefaultRelayConfig suits one API process.
+var DefaultRelayConfig = RelayConfig{Batch: 200, Concurrency: 32, Poll: time.Second, Lease: 30 * time.Second, SendTimeout: 10 * time.Second}
+
+// Relay sends the outbox's pending rows to the broker and marks each sent after
+// the broker's receipt. It runs in every API process; the store's claim keeps
+// processes off each other's rows. A crash between send and mark gives a
+// duplicate copy, never a lost one.
+type Relay struct {
+	store  Store
+	broker Sender
+	cfg    RelayConfig
+	owner  string
+	now    func() time.Time
+	logger *slog.Logger
+	wake   chan struct{}
+
+	mu        sync.Mutex
+	lastError error
+	lastOK    time.Time
+}
+
+// NewRelay returns a relay; Run starts it.
+func NewRelay(store Store, b Sender, cfg RelayConfig, now func() time.Time, logger *slog.Logger) *Relay {
+	return &Relay{
+		store: store, broker: b, cfg: cfg, now: now, logger: logger,
+		owner: "relay-" + uuid.NewString(),
+		wake:  make(chan struct{}, 1),
+	}
+}
+
+// Notify wakes the relay at once; it never blocks.
+func (r *Relay) Notify() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Healthy reports whether the last round worked (or no round failed yet).
+func (r *Relay) Healthy() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lastError
+}
+
+// Run relays until ctx is done.
+func (r *Relay) Run(ctx context.Context) {
+	backoff := 100 * time.Millisecond
+	for {
+		n, err := r.relayOnce(ctx)
+		r.mu.Lock()
+		r.lastError = err
+		r.mu.Unlock()
+		wait := r.cfg.Poll
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			r.logger.WarnContext(ctx, "outbox relay round failed; retrying", slog.Any("error", err), slog.Duration("retry_in", backoff))
+			wait = backoff
+			backoff = min(backoff*2, 5*time.Second)
+		case n >= r.cfg.Batch:
+			backoff = 100 * time.Millisecond
+			continue // more are waiting
+		default:
+			backoff = 100 * time.Millisecond
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-r.wake:
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+// relayOnce claims a batch, sends it and records the outcome. It returns how
+// many rows it claimed; an error means some could not be sent.
+func (r *Relay) relayOnce(ctx context.Context) (int, error) {
+	pending, err := r.store.ClaimPending(ctx, r.owner, r.now().Add(r.cfg.Lease), r.cfg.Batch)
+	if err != nil || len(pending) == 0 {
+		return 0, err
+	}
+	now := r.now()
+	var (
+		mu                    sync.Mutex
+		sent, failed, expired []uuid.UUID
+		firstErr              error
+		wg                    sync.WaitGroup
+		sem                   = make(chan struct{}, max(1, r.cfg.Concurrency))
+	)
+	for _, p := range pending {
+		if !p.Event.ExpiresAt.IsZero() && !now.Before(p.Event.ExpiresAt) {
+			expired = append(expired, p.ID)
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			sctx, cancel := context.WithTimeout(ctx, r.cfg.SendTimeout)
+			err := r.broker.Send(sctx, Message(p, now))
+			cancel()
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				failed = append(failed, p.ID)
+				if firstErr == nil {
+					firstErr = err
+				}
+				return
+			}
+			sent = append(sent, p.ID)
+		}()
+	}
+	wg.Wait()
+	// Record outcomes with a context that outlives a shutdown signal: a send
+	// the broker confirmed should be marked, or it is sent again on restart.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := r.store.MarkSent(rctx, sent, r.now()); err != nil {
+		return len(pending), err
+	}
+	if err := r.store.Complete(rctx, expired, StatusExpired, "expired before the broker accepted it", r.now()); err != nil {
+		return len(pending), err
+	}
+	if err := r.store.Release(rctx, failed); err != nil {
+		return len(pending), err
+	}
+	for _, id := range expired {
+		r.logger.InfoContext(ctx, "send expired before it reached the broker", slog.String("send_id", id.String()))
+	}
+	return len(pending), firstErr
+}
+
+// Message builds the broker message for a pending send. A scheduled resend
+// that waited in the outbox (broker down) keeps its planned time: the delay
+// is what is left of it at now.
+func Message(p Pending, now time.Time) broker.Message {
+	delay := p.ScheduledDelay
+	if delay > 0 {
+		delay = max(0, p.CreatedAt.Add(p.ScheduledDelay).Sub(now))
+	}
+	h := map[string]string{
+		HeaderEventID:        p.Event.ID.String(),
+		HeaderRoomID:         p.Event.RoomID.String(),
+		HeaderSubscriptionID: p.SubscriptionID.String(),
+		HeaderEventType:      p.Event.EventType,
+		HeaderEventVersion:   strconv.Itoa(p.Event.Version),
+		HeaderPublishedAt:    strconv.FormatInt(p.Event.PublishedAt.UnixMilli(), 10),
+		HeaderSendID:         p.ID.String(),
+	}
+	for k, v := range p.Event.Attributes {
+		h[AttributePrefix+k] = v
+	}
+	addr, queue := splitFQQN(p.Destination)
+	return broker.Message{
+		Destination:   broker.Destination{Address: addr, Queue: queue},
+		Headers:       h,
+		Body:          p.Event.Payload,
+		ContentType:   "application/json",
+		CorrelationID: p.CorrelationID,
+		Attempt:       p.Attempt,
+		Delay:         delay,
+		Expires:       p.Event.ExpiresAt,
+	}
+}
+
+func splitFQQN(s string) (string, string) {
+	for i := 0; i+1 < len(s); i++ {
+		if s[i] == ':' && s[i+1] == ':' {
+			return s[:i], s[i+2:]
+		}
+	}
+	return s, s
+}

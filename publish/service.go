@@ -1,0 +1,344 @@
+package publish
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/rooms"
+	"github.com/roomhub/messaging-api/subscriptions"
+)
+
+// Limits on a publish request.
+const (
+	MaxBatch             = 100
+	maxAttributes        = 32
+	maxAttributeValue    = 1024
+	maxCorrelationID     = 200
+	maxIdempotencyKey    = 200
+	idempotencyRetention = 24 * time.Hour
+)
+
+var (
+	attributeKey    = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_.-]{0,63}$`)
+	printableHeader = regexp.MustCompile(`^[\x21-\x7e][\x20-\x7e]*$`)
+)
+
+// Catalog finds rooms, event types and versions (rooms.Service is one).
+type Catalog interface {
+	Room(ctx context.Context, ref string) (rooms.Room, error)
+	EventType(ctx context.Context, ref, identifier string) (rooms.Room, rooms.EventType, error)
+	Version(ctx context.Context, ref, eventType string, version int) (rooms.Version, error)
+	Versions(ctx context.Context, ref, eventType string) ([]rooms.Version, error)
+}
+
+// Subscribers lists a room's subscriptions (subscriptions.Store is one).
+type Subscribers interface {
+	Subscriptions(ctx context.Context, q subscriptions.Query) ([]subscriptions.Subscription, error)
+}
+
+// Notifier is told that pending sends were committed (the Relay).
+type Notifier interface{ Notify() }
+
+// Service publishes events.
+type Service struct {
+	catalog   Catalog
+	subs      Subscribers
+	store     Store
+	relay     Notifier
+	pushQueue broker.Destination
+	now       func() time.Time
+	schemas   schemaCache
+}
+
+// NewService wires a Service. PUSH copies go to pushQueue.
+func NewService(catalog Catalog, subs Subscribers, store Store, relay Notifier, pushQueue broker.Destination, now func() time.Time) *Service {
+	return &Service{catalog: catalog, subs: subs, store: store, relay: relay, pushQueue: pushQueue, now: now}
+}
+
+// Input is one event to publish.
+type Input struct {
+	EventType        string            `json:"eventType"`
+	EventTypeVersion *int              `json:"eventTypeVersion,omitempty"`
+	Payload          json.RawMessage   `json:"payload"`
+	CorrelationID    string            `json:"correlationId,omitempty"`
+	Attributes       map[string]string `json:"attributes,omitempty"`
+}
+
+// Result is what a publish answers for one event.
+type Result struct {
+	Event Event
+	// Replayed is true when an Idempotency-Key matched an earlier publish and
+	// nothing was sent again.
+	Replayed bool
+}
+
+// Publish validates and stores events for the room ref names, with one
+// pending send per destination, all or nothing. idempotencyKey may be "".
+func (s *Service) Publish(ctx context.Context, ref string, inputs []Input, idempotencyKey string, batch bool) ([]Result, error) {
+	room, err := s.catalog.Room(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	if room.Status == rooms.StatusTerminated {
+		return nil, ErrRoomTerminated
+	}
+	hash := requestHash(inputs)
+	if idempotencyKey != "" {
+		if len(idempotencyKey) > maxIdempotencyKey || !printableHeader.MatchString(idempotencyKey) {
+			return nil, api.Invalid("Idempotency-Key", fmt.Sprintf("must be 1 to %d printable ASCII characters", maxIdempotencyKey))
+		}
+		if res, err := s.replay(ctx, room.ID, idempotencyKey, hash); res != nil || err != nil {
+			return res, err
+		}
+	}
+
+	now := s.now().UTC()
+	requestID := uuid.Must(uuid.NewV7())
+	subs, err := s.subs.Subscriptions(ctx, subscriptions.Query{RoomID: room.ID, Status: subscriptions.StatusActive})
+	if err != nil {
+		return nil, err
+	}
+	var (
+		probs  api.Problems
+		events = make([]Event, 0, len(inputs))
+		sends  []Send
+	)
+	for i, in := range inputs {
+		field, pointer := "", ""
+		if batch {
+			field, pointer = fmt.Sprintf("messages[%d].", i), fmt.Sprintf("/messages/%d", i)
+		}
+		ev, ok, err := s.prepare(ctx, room, in, field, pointer, &probs)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		ev.ID = uuid.Must(uuid.NewV7())
+		ev.RequestID = requestID
+		ev.PublishedAt = now
+		if room.MessageExpiration > 0 {
+			ev.ExpiresAt = now.Add(time.Duration(room.MessageExpiration) * time.Millisecond)
+		}
+		if i == 0 && idempotencyKey != "" {
+			// A batch is one request: its first event carries the key.
+			ev.IdempotencyKey, ev.RequestHash = idempotencyKey, hash
+		}
+		for _, sub := range subs {
+			if !sub.Matches(ev.EventTypeID, ev.Version) {
+				continue
+			}
+			sends = append(sends, s.newSend(ev, sub, now))
+			ev.Destinations++
+		}
+		events = append(events, ev)
+	}
+	if err := probs.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.store.Publish(ctx, events, sends); err != nil {
+		if errors.Is(err, ErrDuplicateKey) && idempotencyKey != "" {
+			// Another request with this key committed first: answer as it did.
+			if res, rerr := s.replay(ctx, room.ID, idempotencyKey, hash); res != nil || rerr != nil {
+				return res, rerr
+			}
+		}
+		return nil, err
+	}
+	if len(sends) > 0 {
+		s.relay.Notify()
+	}
+	out := make([]Result, len(events))
+	for i, ev := range events {
+		out[i] = Result{Event: ev}
+	}
+	return out, nil
+}
+
+// replay answers a request whose Idempotency-Key was seen before, or returns
+// nil, nil when it was not.
+func (s *Service) replay(ctx context.Context, roomID uuid.UUID, key, hash string) ([]Result, error) {
+	first, err := s.store.EventByIdempotencyKey(ctx, roomID, key)
+	if errors.Is(err, ErrEventNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if first.RequestHash != hash {
+		return nil, ErrIdempotencyKey
+	}
+	evs, err := s.store.EventsByRequest(ctx, roomID, first.RequestID)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Result, len(evs))
+	for i, ev := range evs {
+		out[i] = Result{Event: ev, Replayed: true}
+	}
+	return out, nil
+}
+
+// prepare validates one input and resolves its event type and version.
+func (s *Service) prepare(ctx context.Context, room rooms.Room, in Input, field, pointer string, probs *api.Problems) (Event, bool, error) {
+	before := probs.Len()
+	ev := Event{RoomID: room.ID, CorrelationID: in.CorrelationID, Attributes: in.Attributes}
+	if ev.CorrelationID == "" {
+		ev.CorrelationID = uuid.NewString()
+	} else if len(ev.CorrelationID) > maxCorrelationID || !printableHeader.MatchString(ev.CorrelationID) {
+		probs.Add(field+"correlationId", fmt.Sprintf("must be 1 to %d printable ASCII characters", maxCorrelationID))
+	}
+	if len(in.Attributes) > maxAttributes {
+		probs.Add(field+"attributes", fmt.Sprintf("must have at most %d entries", maxAttributes))
+	}
+	for k, v := range in.Attributes {
+		if !attributeKey.MatchString(k) {
+			probs.Add(field+"attributes."+k, "names must match ^[a-zA-Z][a-zA-Z0-9_.-]{0,63}$")
+		}
+		if len(v) > maxAttributeValue {
+			probs.Add(field+"attributes."+k, fmt.Sprintf("must be at most %d bytes", maxAttributeValue))
+		}
+	}
+	if len(in.Payload) == 0 {
+		probs.Add(field+"payload", "is required (any JSON value; null is allowed only if the schema allows it)")
+	}
+	if in.EventType == "" {
+		probs.Add(field+"eventType", "is required")
+		return ev, false, nil
+	}
+	if in.EventTypeVersion != nil && *in.EventTypeVersion < 1 {
+		probs.Add(field+"eventTypeVersion", "must be a positive integer")
+		return ev, false, nil
+	}
+	_, et, err := s.catalog.EventType(ctx, room.ID.String(), in.EventType)
+	if err != nil {
+		return ev, false, err
+	}
+	var version rooms.Version
+	if in.EventTypeVersion != nil {
+		version, err = s.catalog.Version(ctx, room.ID.String(), in.EventType, *in.EventTypeVersion)
+		if err != nil {
+			return ev, false, err
+		}
+	} else {
+		vs, err := s.catalog.Versions(ctx, room.ID.String(), in.EventType)
+		if err != nil {
+			return ev, false, err
+		}
+		if len(vs) == 0 {
+			return ev, false, ErrNoVersions
+		}
+		version = vs[len(vs)-1]
+	}
+	ev.EventTypeID, ev.EventType, ev.Version = et.ID, et.Identifier, version.Version
+	if len(in.Payload) > 0 {
+		schema, err := s.schemas.get(version)
+		if err != nil {
+			return ev, false, err
+		}
+		validatePayload(schema, in.Payload, field+"payload", pointer+"/payload", probs)
+		ev.Payload = compact(in.Payload)
+	}
+	if ev.Attributes == nil {
+		ev.Attributes = map[string]string{}
+	}
+	return ev, probs.Len() == before, nil
+}
+
+// newSend is the first send of ev to sub.
+func (s *Service) newSend(ev Event, sub subscriptions.Subscription, now time.Time) Send {
+	dest := s.pushQueue
+	if sub.Type == subscriptions.TypePull {
+		dest = sub.Queue()
+	}
+	return Send{
+		ID:               uuid.Must(uuid.NewV7()),
+		EventID:          ev.ID,
+		RoomID:           ev.RoomID,
+		CorrelationID:    ev.CorrelationID,
+		SubscriptionID:   sub.ID,
+		SubscriptionType: string(sub.Type),
+		Destination:      dest.FQQN(),
+		Attempt:          1,
+		CreatedAt:        now,
+		Status:           StatusPending,
+	}
+}
+
+// requestHash identifies the content of a request, so that a reused
+// Idempotency-Key with another body is refused rather than answered wrongly.
+func requestHash(inputs []Input) string {
+	b, _ := json.Marshal(inputs)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+func compact(raw json.RawMessage) json.RawMessage {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return raw
+	}
+	return buf.Bytes()
+}
+
+// Event returns one event of the room with every send of it.
+func (s *Service) Event(ctx context.Context, ref, id string) (Event, []Send, error) {
+	room, err := s.catalog.Room(ctx, ref)
+	if err != nil {
+		return Event{}, nil, err
+	}
+	eid, err := uuid.Parse(id)
+	if err != nil {
+		return Event{}, nil, ErrEventNotFound
+	}
+	ev, err := s.store.Event(ctx, room.ID, eid)
+	if err != nil {
+		return Event{}, nil, err
+	}
+	sends, err := s.store.Sends(ctx, []uuid.UUID{ev.ID})
+	return ev, sends, err
+}
+
+// Events lists the room's events, newest first, optionally by correlation id,
+// with their sends.
+func (s *Service) Events(ctx context.Context, ref, correlationID string, page api.Page) ([]Event, map[uuid.UUID][]Send, error) {
+	room, err := s.catalog.Room(ctx, ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	q := EventQuery{RoomID: room.ID, CorrelationID: correlationID, Limit: page.Limit}
+	if page.After != "" {
+		if q.Before, err = uuid.Parse(page.After); err != nil {
+			return nil, nil, api.Invalid("cursor", "is not a cursor this API returned")
+		}
+	}
+	evs, err := s.store.Events(ctx, q)
+	if err != nil {
+		return nil, nil, err
+	}
+	ids := make([]uuid.UUID, len(evs))
+	for i, ev := range evs {
+		ids[i] = ev.ID
+	}
+	sends, err := s.store.Sends(ctx, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	by := map[uuid.UUID][]Send{}
+	for _, sd := range sends {
+		by[sd.EventID] = append(by[sd.EventID], sd)
+	}
+	return evs, by, nil
+}

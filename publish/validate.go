@@ -1,0 +1,102 @@
+package publish
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/google/uuid"
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+
+	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/rooms"
+)
+
+// maxViolations bounds how many schema violations one response lists.
+const maxViolations = 50
+
+// schemaCache holds compiled schemas. A version's schema never changes, but a
+// version can be deleted and created again with the same number, so the key
+// includes its creation time.
+type schemaCache struct {
+	mu sync.RWMutex
+	m  map[schemaKey]*jsonschema.Schema
+}
+
+type schemaKey struct {
+	eventTypeID uuid.UUID
+	version     int
+	createdAt   int64
+}
+
+func (c *schemaCache) get(v rooms.Version) (*jsonschema.Schema, error) {
+	k := schemaKey{v.EventTypeID, v.Version, v.CreatedAt.UnixNano()}
+	c.mu.RLock()
+	s, ok := c.m[k]
+	c.mu.RUnlock()
+	if ok {
+		return s, nil
+	}
+	s, err := rooms.CompileSchema(v.Schema)
+	if err != nil {
+		return nil, fmt.Errorf("stored schema of version %d: %w", v.Version, err)
+	}
+	c.mu.Lock()
+	if c.m == nil || len(c.m) > 10_000 {
+		c.m = map[schemaKey]*jsonschema.Schema{}
+	}
+	c.m[k] = s
+	c.mu.Unlock()
+	return s, nil
+}
+
+var printer = message.NewPrinter(language.English)
+
+// validatePayload checks payload against the schema and reports each
+// violation under field (e.g. "payload" or "messages[2].payload") with the
+// JSON pointer of the offending value in the request body (pointer is the
+// payload's own, e.g. "/messages/2/payload").
+func validatePayload(s *jsonschema.Schema, payload []byte, field, pointer string, probs *api.Problems) {
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload))
+	if err != nil {
+		probs.Add(field, "is not valid JSON")
+		return
+	}
+	err = s.Validate(inst)
+	if err == nil {
+		return
+	}
+	ve, ok := err.(*jsonschema.ValidationError)
+	if !ok {
+		probs.Add(field, err.Error())
+		return
+	}
+	n := 0
+	var walk func(e *jsonschema.ValidationError)
+	walk = func(e *jsonschema.ValidationError) {
+		if n >= maxViolations {
+			return
+		}
+		if len(e.Causes) == 0 {
+			n++
+			probs.AddPointer(field, pointer+jsonPointer(e.InstanceLocation), e.ErrorKind.LocalizedString(printer))
+			return
+		}
+		for _, c := range e.Causes {
+			walk(c)
+		}
+	}
+	walk(ve)
+}
+
+func jsonPointer(tokens []string) string {
+	var b strings.Builder
+	for _, t := range tokens {
+		b.WriteByte('/')
+		b.WriteString(strings.NewReplacer("~", "~0", "/", "~1").Replace(t))
+	}
+	return b.String()
+}

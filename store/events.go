@@ -1,0 +1,329 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+
+	"github.com/roomhub/messaging-api/publish"
+)
+
+// Events implements publish.Store: events, and the published-messages log
+// that doubles as the outbox.
+type Events struct{ db *DB }
+
+var _ publish.Store = (*Events)(nil)
+
+// Events returns the event store.
+func (db *DB) Events() *Events { return &Events{db: db} }
+
+type eventRow struct {
+	ID             uuid.UUID `gorm:"primaryKey"`
+	RoomID         uuid.UUID
+	RequestID      uuid.UUID
+	CorrelationID  string
+	EventTypeID    uuid.UUID
+	EventType      string
+	Version        int
+	Payload        string
+	Attributes     string
+	IdempotencyKey *string
+	RequestHash    string
+	Destinations   int
+	PublishedAt    time.Time `gorm:"autoCreateTime:false"`
+	ExpiresAt      *time.Time
+}
+
+func (eventRow) TableName() string { return "events" }
+
+type sendRow struct {
+	ID               uuid.UUID `gorm:"primaryKey"`
+	EventID          uuid.UUID
+	RoomID           uuid.UUID
+	CorrelationID    string
+	SubscriptionID   uuid.UUID
+	SubscriptionType string
+	Destination      string
+	Attempt          int
+	ScheduledDelay   int64
+	CreatedAt        time.Time `gorm:"autoCreateTime:false"`
+	SentAt           *time.Time
+	ClaimedBy        string
+	ClaimedUntil     *time.Time
+	Status           string
+	StatusCode       *int
+	Error            string
+	CompletedAt      *time.Time
+}
+
+func (sendRow) TableName() string { return "published_messages" }
+
+func toEventRow(e publish.Event) eventRow {
+	attrs, _ := json.Marshal(e.Attributes)
+	r := eventRow{
+		ID: e.ID, RoomID: e.RoomID, RequestID: e.RequestID, CorrelationID: e.CorrelationID,
+		EventTypeID: e.EventTypeID, EventType: e.EventType, Version: e.Version,
+		Payload: string(e.Payload), Attributes: string(attrs), RequestHash: e.RequestHash,
+		Destinations: e.Destinations, PublishedAt: e.PublishedAt, ExpiresAt: timePtr(e.ExpiresAt),
+	}
+	if e.IdempotencyKey != "" {
+		k := e.IdempotencyKey
+		r.IdempotencyKey = &k
+	}
+	return r
+}
+
+func (r eventRow) domain() publish.Event {
+	e := publish.Event{
+		ID: r.ID, RoomID: r.RoomID, RequestID: r.RequestID, CorrelationID: r.CorrelationID,
+		EventTypeID: r.EventTypeID, EventType: r.EventType, Version: r.Version,
+		Payload: json.RawMessage(r.Payload), RequestHash: r.RequestHash,
+		Destinations: r.Destinations, PublishedAt: r.PublishedAt.UTC(), ExpiresAt: timeVal(r.ExpiresAt),
+	}
+	_ = json.Unmarshal([]byte(r.Attributes), &e.Attributes)
+	if r.IdempotencyKey != nil {
+		e.IdempotencyKey = *r.IdempotencyKey
+	}
+	return e
+}
+
+func toSendRow(s publish.Send) sendRow {
+	r := sendRow{
+		ID: s.ID, EventID: s.EventID, RoomID: s.RoomID, CorrelationID: s.CorrelationID,
+		SubscriptionID: s.SubscriptionID, SubscriptionType: s.SubscriptionType,
+		Destination: s.Destination, Attempt: s.Attempt, ScheduledDelay: s.ScheduledDelay.Milliseconds(),
+		CreatedAt: s.CreatedAt, SentAt: timePtr(s.SentAt), Status: string(s.Status),
+		Error: s.Error, CompletedAt: timePtr(s.CompletedAt),
+	}
+	if s.StatusCode != 0 {
+		c := s.StatusCode
+		r.StatusCode = &c
+	}
+	return r
+}
+
+func (r sendRow) domain() publish.Send {
+	s := publish.Send{
+		ID: r.ID, EventID: r.EventID, RoomID: r.RoomID, CorrelationID: r.CorrelationID,
+		SubscriptionID: r.SubscriptionID, SubscriptionType: r.SubscriptionType,
+		Destination: r.Destination, Attempt: r.Attempt,
+		ScheduledDelay: time.Duration(r.ScheduledDelay) * time.Millisecond,
+		CreatedAt:      r.CreatedAt.UTC(), SentAt: timeVal(r.SentAt), Status: publish.Status(r.Status),
+		Error: r.Error, CompletedAt: timeVal(r.CompletedAt),
+	}
+	if r.StatusCode != nil {
+		s.StatusCode = *r.StatusCode
+	}
+	return s
+}
+
+func timePtr(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func timeVal(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return t.UTC()
+}
+
+func (s *Events) tx(ctx context.Context) *gorm.DB { return s.db.gorm.WithContext(ctx) }
+
+// Publish implements publish.Store.
+func (s *Events) Publish(ctx context.Context, events []publish.Event, sends []publish.Send) error {
+	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
+		rows := make([]eventRow, len(events))
+		for i, e := range events {
+			rows[i] = toEventRow(e)
+		}
+		if err := tx.CreateInBatches(rows, 500).Error; err != nil {
+			return err
+		}
+		if len(sends) == 0 {
+			return nil
+		}
+		srows := make([]sendRow, len(sends))
+		for i, sd := range sends {
+			srows[i] = toSendRow(sd)
+		}
+		return tx.CreateInBatches(srows, 500).Error
+	})
+	return translate(err, nil, publish.ErrDuplicateKey)
+}
+
+// EventByIdempotencyKey implements publish.Store.
+func (s *Events) EventByIdempotencyKey(ctx context.Context, roomID uuid.UUID, key string) (publish.Event, error) {
+	var r eventRow
+	err := s.tx(ctx).Where("room_id = ? AND idempotency_key = ?", roomID, key).Take(&r).Error
+	return r.domain(), translate(err, publish.ErrEventNotFound, nil)
+}
+
+// EventsByRequest implements publish.Store.
+func (s *Events) EventsByRequest(ctx context.Context, roomID, requestID uuid.UUID) ([]publish.Event, error) {
+	var rows []eventRow
+	if err := s.tx(ctx).Where("room_id = ? AND request_id = ?", roomID, requestID).Order("id").Find(&rows).Error; err != nil {
+		return nil, translate(err, nil, nil)
+	}
+	return eventsOf(rows), nil
+}
+
+func eventsOf(rows []eventRow) []publish.Event {
+	out := make([]publish.Event, len(rows))
+	for i, r := range rows {
+		out[i] = r.domain()
+	}
+	return out
+}
+
+// Event implements publish.Store.
+func (s *Events) Event(ctx context.Context, roomID, id uuid.UUID) (publish.Event, error) {
+	var r eventRow
+	err := s.tx(ctx).Where("room_id = ? AND id = ?", roomID, id).Take(&r).Error
+	return r.domain(), translate(err, publish.ErrEventNotFound, nil)
+}
+
+// Events implements publish.Store.
+func (s *Events) Events(ctx context.Context, q publish.EventQuery) ([]publish.Event, error) {
+	tx := s.tx(ctx).Where("room_id = ?", q.RoomID).Order("id DESC")
+	if q.CorrelationID != "" {
+		tx = tx.Where("correlation_id = ?", q.CorrelationID)
+	}
+	if q.Before != uuid.Nil {
+		tx = tx.Where("id < ?", q.Before)
+	}
+	if q.Limit > 0 {
+		tx = tx.Limit(q.Limit)
+	}
+	var rows []eventRow
+	if err := tx.Find(&rows).Error; err != nil {
+		return nil, translate(err, nil, nil)
+	}
+	return eventsOf(rows), nil
+}
+
+// Sends implements publish.Store.
+func (s *Events) Sends(ctx context.Context, eventIDs []uuid.UUID) ([]publish.Send, error) {
+	if len(eventIDs) == 0 {
+		return nil, nil
+	}
+	var rows []sendRow
+	if err := s.tx(ctx).Where("event_id IN ?", eventIDs).Order("id").Find(&rows).Error; err != nil {
+		return nil, translate(err, nil, nil)
+	}
+	out := make([]publish.Send, len(rows))
+	for i, r := range rows {
+		out[i] = r.domain()
+	}
+	return out, nil
+}
+
+// ClaimPending implements publish.Store. On PostgreSQL, SKIP LOCKED lets
+// relays in several processes claim disjoint rows at once; SQLite has a single
+// writer, so the UPDATE alone is atomic.
+func (s *Events) ClaimPending(ctx context.Context, owner string, until time.Time, limit int) ([]publish.Pending, error) {
+	now := time.Now().UTC()
+	lock := ""
+	if s.db.dialect == Postgres {
+		lock = " FOR UPDATE SKIP LOCKED"
+	}
+	var ids []uuid.UUID
+	err := s.tx(ctx).Raw(`UPDATE published_messages SET claimed_by = ?, claimed_until = ?
+		WHERE id IN (SELECT id FROM published_messages
+			WHERE sent_at IS NULL AND status = ? AND (claimed_until IS NULL OR claimed_until < ?)
+			ORDER BY id LIMIT ?`+lock+`)
+		RETURNING id`, owner, until.UTC(), string(publish.StatusPending), now, limit).Scan(&ids).Error
+	if err != nil {
+		return nil, translate(err, nil, nil)
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	var rows []sendRow
+	if err := s.tx(ctx).Where("id IN ?", ids).Order("id").Find(&rows).Error; err != nil {
+		return nil, translate(err, nil, nil)
+	}
+	eventIDs := make([]uuid.UUID, 0, len(rows))
+	for _, r := range rows {
+		eventIDs = append(eventIDs, r.EventID)
+	}
+	var evRows []eventRow
+	if err := s.tx(ctx).Where("id IN ?", eventIDs).Find(&evRows).Error; err != nil {
+		return nil, translate(err, nil, nil)
+	}
+	events := make(map[uuid.UUID]publish.Event, len(evRows))
+	for _, r := range evRows {
+		events[r.ID] = r.domain()
+	}
+	out := make([]publish.Pending, 0, len(rows))
+	for _, r := range rows {
+		ev, ok := events[r.EventID]
+		if !ok {
+			continue // purged meanwhile: nothing left to send
+		}
+		out = append(out, publish.Pending{Send: r.domain(), Event: ev})
+	}
+	return out, nil
+}
+
+// MarkSent implements publish.Store.
+func (s *Events) MarkSent(ctx context.Context, ids []uuid.UUID, at time.Time) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	err := s.tx(ctx).Model(&sendRow{}).Where("id IN ?", ids).
+		Updates(map[string]any{"sent_at": at.UTC(), "status": string(publish.StatusSent), "claimed_until": nil}).Error
+	return translate(err, nil, nil)
+}
+
+// Release implements publish.Store.
+func (s *Events) Release(ctx context.Context, ids []uuid.UUID) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	err := s.tx(ctx).Model(&sendRow{}).Where("id IN ? AND sent_at IS NULL", ids).
+		Updates(map[string]any{"claimed_by": "", "claimed_until": nil}).Error
+	return translate(err, nil, nil)
+}
+
+// Complete implements publish.Store.
+func (s *Events) Complete(ctx context.Context, ids []uuid.UUID, status publish.Status, errText string, at time.Time) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	err := s.tx(ctx).Model(&sendRow{}).Where("id IN ?", ids).
+		Updates(map[string]any{"status": string(status), "error": errText, "completed_at": at.UTC(), "claimed_until": nil}).Error
+	return translate(err, nil, nil)
+}
+
+// PurgeEvents implements publish.Store. An event that still owes the broker
+// a send is kept unless it has expired (then it can never be delivered).
+func (s *Events) PurgeEvents(ctx context.Context, q publish.PurgeQuery) (int, error) {
+	var ids []uuid.UUID
+	err := s.tx(ctx).Model(&eventRow{}).Select("id").
+		Where("published_at < ?", q.PublishedBefore.UTC()).
+		Where("published_at < ? OR (expires_at IS NOT NULL AND expires_at < ?)", q.RetainedBefore.UTC(), q.Now.UTC()).
+		Where("(expires_at IS NOT NULL AND expires_at < ?) OR NOT EXISTS (SELECT 1 FROM published_messages p WHERE p.event_id = events.id AND p.sent_at IS NULL AND p.status = ?)",
+			q.Now.UTC(), string(publish.StatusPending)).
+		Order("id").Limit(q.Limit).Scan(&ids).Error
+	if err != nil || len(ids) == 0 {
+		return 0, translate(err, nil, nil)
+	}
+	err = s.tx(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Where("event_id IN ?", ids).Delete(&sendRow{}).Error; err != nil {
+			return err
+		}
+		return tx.Where("id IN ?", ids).Delete(&eventRow{}).Error
+	})
+	if err != nil {
+		return 0, translate(err, nil, nil)
+	}
+	return len(ids), nil
+}
