@@ -132,7 +132,9 @@ func (n *Nullable[T]) UnmarshalJSON(b []byte) error {
 		n.Null = true
 		return nil
 	}
-	return json.Unmarshal(b, &n.Value)
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields() // as Decode does for the rest of the body
+	return dec.Decode(&n.Value)
 }
 
 // Ptr returns nil for absent or null, else a pointer to the value.

@@ -2,6 +2,7 @@ package rooms
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -258,6 +259,7 @@ func (h handlers) createVersion(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	c.Response().Header().Set(echo.HeaderLocation, fmt.Sprintf("%s/%d", c.Request().URL.Path, v.Version))
 	return c.JSON(http.StatusCreated, toVersionResponse(c.Param("eventType"), v))
 }
 

@@ -18,7 +18,7 @@ import (
 var (
 	ErrNotFound             = fmt.Errorf("room %w", api.ErrNotFound)
 	ErrIdentifierTaken      = fmt.Errorf("a room with this identifier already exists: %w", api.ErrConflict)
-	ErrHasSubscriptions     = fmt.Errorf("the room has subscriptions; delete them first or use ?force=true to terminate them: %w", api.ErrConflict)
+	ErrHasSubscriptions     = fmt.Errorf("the room has subscriptions; delete them first, or use ?force=true to delete them with the room: %w", api.ErrConflict)
 	ErrEventTypeNotFound    = fmt.Errorf("event type %w", api.ErrNotFound)
 	ErrEventTypeExists      = fmt.Errorf("an event type with this identifier already exists in the room: %w", api.ErrConflict)
 	ErrEventTypeInUse       = fmt.Errorf("the event type is used by a subscription; delete the subscription first: %w", api.ErrConflict)
@@ -77,6 +77,12 @@ type Version struct {
 	CreatedAt   time.Time
 }
 
+// Cleanup is told which PULL subscriptions went with a deleted room, so that
+// their broker queues go too.
+type Cleanup interface {
+	RoomDeleted(ctx context.Context, roomID uuid.UUID, pullSubscriptions []uuid.UUID)
+}
+
 // ListQuery selects a page of rooms ordered by id (ids are time-ordered UUIDv7).
 type ListQuery struct {
 	Limit int
@@ -91,9 +97,9 @@ type Store interface {
 	Rooms(ctx context.Context, q ListQuery) ([]Room, error)
 	UpdateRoom(ctx context.Context, r Room) error
 	// DeleteRoom deletes the room, its event types and versions. With force it
-	// first terminates and deletes its subscriptions; without, a room that has
-	// any gives ErrHasSubscriptions.
-	DeleteRoom(ctx context.Context, id uuid.UUID, force bool) error
+	// first deletes its subscriptions and returns the ids of the PULL ones;
+	// without, a room that has any gives ErrHasSubscriptions.
+	DeleteRoom(ctx context.Context, id uuid.UUID, force bool) (pullSubscriptions []uuid.UUID, err error)
 
 	CreateEventType(ctx context.Context, et EventType) error
 	EventType(ctx context.Context, roomID uuid.UUID, identifier string) (EventType, error)

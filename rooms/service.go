@@ -49,13 +49,15 @@ func ValidIdentifier(field, s string, p *api.Problems) {
 
 // Service manages rooms, event types and versions.
 type Service struct {
-	store Store
-	now   func() time.Time
+	store   Store
+	cleanup Cleanup
+	now     func() time.Time
 }
 
-// NewService returns a Service over store. now is the clock (time.Now in production).
-func NewService(store Store, now func() time.Time) *Service {
-	return &Service{store: store, now: now}
+// NewService returns a Service over store. now is the clock; cleanup hears of
+// the PULL subscriptions a forced room deletion removed.
+func NewService(store Store, cleanup Cleanup, now func() time.Time) *Service {
+	return &Service{store: store, cleanup: cleanup, now: now}
 }
 
 // RoomPatch is a create or update request; absent fields keep their value (or
@@ -126,7 +128,10 @@ func (p RoomPatch) apply(r *Room, creating bool) error {
 		r.DeliveryAttempts = p.DeliveryAttempts.Value
 	}
 	if p.Status.Set && notNull("status", p.Status.Null) {
-		if s := p.Status.Value; s != StatusActive && s != StatusTerminated {
+		switch s := p.Status.Value; {
+		case creating && s != StatusActive:
+			probs.Add("status", "must be ACTIVE (or absent) at creation")
+		case s != StatusActive && s != StatusTerminated:
 			probs.Add("status", "must be ACTIVE or TERMINATED")
 		}
 		r.Status = p.Status.Value
@@ -201,7 +206,14 @@ func (s *Service) DeleteRoom(ctx context.Context, ref string, force bool) (Room,
 	if err != nil {
 		return Room{}, err
 	}
-	return r, s.store.DeleteRoom(ctx, r.ID, force)
+	pulls, err := s.store.DeleteRoom(ctx, r.ID, force)
+	if err != nil {
+		return Room{}, err
+	}
+	if len(pulls) > 0 {
+		s.cleanup.RoomDeleted(ctx, r.ID, pulls)
+	}
+	return r, nil
 }
 
 // EventTypeInput creates an event type.

@@ -130,7 +130,8 @@ func (s *Rooms) UpdateRoom(ctx context.Context, r rooms.Room) error {
 }
 
 // DeleteRoom implements rooms.Store.
-func (s *Rooms) DeleteRoom(ctx context.Context, id uuid.UUID, force bool) error {
+func (s *Rooms) DeleteRoom(ctx context.Context, id uuid.UUID, force bool) ([]uuid.UUID, error) {
+	var pulls []uuid.UUID
 	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
 		var room roomRow
 		if err := s.db.lock(tx).Where("id = ?", id).Take(&room).Error; err != nil {
@@ -142,6 +143,9 @@ func (s *Rooms) DeleteRoom(ctx context.Context, id uuid.UUID, force bool) error 
 		}
 		if subs > 0 && !force {
 			return rooms.ErrHasSubscriptions
+		}
+		if err := tx.Model(&subscriptionRow{}).Where("room_id = ? AND type = ?", id, "PULL").Pluck("id", &pulls).Error; err != nil {
+			return err
 		}
 		subIDs := tx.Model(&subscriptionRow{}).Select("id").Where("room_id = ?", id)
 		etIDs := tx.Model(&eventTypeRow{}).Select("id").Where("room_id = ?", id)
@@ -159,7 +163,7 @@ func (s *Rooms) DeleteRoom(ctx context.Context, id uuid.UUID, force bool) error 
 		}
 		return nil
 	})
-	return translate(err, rooms.ErrNotFound, nil)
+	return pulls, translate(err, rooms.ErrNotFound, nil)
 }
 
 // lock adds FOR UPDATE on PostgreSQL; SQLite serialises writers by itself.

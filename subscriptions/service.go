@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"math"
 	"net/url"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -122,6 +124,8 @@ func (svc *Service) apply(ctx context.Context, room rooms.Room, s *Subscription,
 			probs.Add("status", "must not be null")
 		case p.Status.Value != StatusActive && p.Status.Value != StatusPaused && p.Status.Value != StatusTerminated:
 			probs.Add("status", "must be ACTIVE, PAUSED or TERMINATED")
+		case creating && p.Status.Value == StatusTerminated:
+			probs.Add("status", "must be ACTIVE or PAUSED at creation")
 		default:
 			s.Status = p.Status.Value
 		}
@@ -199,8 +203,11 @@ func (svc *Service) resolveFilters(ctx context.Context, room rooms.Room, in []Fi
 			}
 			versions = append(versions, v)
 		}
+		slices.Sort(versions)
 		out = append(out, Filter{EventTypeID: et.ID, EventType: et.Identifier, Versions: versions})
 	}
+	// The order the store reads them back in, so create and get answer alike.
+	slices.SortFunc(out, func(a, b Filter) int { return strings.Compare(a.EventType, b.EventType) })
 	return out, nil
 }
 
@@ -304,4 +311,22 @@ func (svc *Service) Delete(ctx context.Context, roomRef, id string) error {
 		}
 	}
 	return nil
+}
+
+// QueueCleanup deletes the queues of PULL subscriptions removed with their
+// room (it is the rooms.Cleanup of the service).
+type QueueCleanup struct {
+	Queues Queues
+	Logger *slog.Logger
+}
+
+// RoomDeleted implements rooms.Cleanup. The rows are gone already; a queue
+// left behind only holds messages nobody can pull, so failures are logged.
+func (c QueueCleanup) RoomDeleted(ctx context.Context, roomID uuid.UUID, pulls []uuid.UUID) {
+	for _, id := range pulls {
+		q := QueueOf(roomID, id)
+		if err := c.Queues.DeleteQueue(ctx, q); err != nil {
+			c.Logger.WarnContext(ctx, "pull queue not deleted", slog.String("queue", q.FQQN()), slog.Any("error", err))
+		}
+	}
 }

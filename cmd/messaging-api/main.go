@@ -72,10 +72,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	defer b.Close()
 
-	if err := b.EnsureQueue(ctx, cfg.PushQueue); err != nil {
-		return fmt.Errorf("broker: create push queue %s: %w", cfg.PushQueue, err)
-	}
-
 	relayCfg := publish.DefaultRelayConfig
 	relayCfg.Poll = cfg.Outbox.Poll
 	relay := publish.NewRelay(db.Events(), b, relayCfg, clock, logger)
@@ -87,6 +83,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	var wg sync.WaitGroup
 	wg.Go(func() { relay.Run(workCtx) })
 	wg.Go(func() { purger.Run(workCtx) })
+	wg.Go(func() { ensureQueue(workCtx, b, cfg.PushQueue, logger) })
 	defer func() {
 		stopWork()
 		wg.Wait()
@@ -125,4 +122,21 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, handler http.Ha
 	}
 	logger.Info("stopped")
 	return nil
+}
+
+// ensureQueue creates dest on the broker, retrying while the broker is away:
+// the API accepts publishes into the outbox meanwhile.
+func ensureQueue(ctx context.Context, b broker.Broker, dest broker.Destination, logger *slog.Logger) {
+	for wait := time.Second; ; wait = min(wait*2, time.Minute) {
+		err := b.EnsureQueue(ctx, dest)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		logger.WarnContext(ctx, "queue not created yet; retrying", slog.String("queue", dest.FQQN()), slog.Any("error", err), slog.Duration("retry_in", wait))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
 }

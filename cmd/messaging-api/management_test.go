@@ -201,6 +201,9 @@ func TestSubscriptions(t *testing.T) {
 		// A room with subscriptions is deleted only with force.
 		want(t, a.do("DELETE", "/v1/rooms/orders", nil), http.StatusConflict)
 		want(t, a.do("DELETE", "/v1/rooms/orders?force=true", nil), http.StatusNoContent)
+		if len(a.queues.deleted) != 1 || a.queues.deleted[0].Queue != "subscription-"+pullID {
+			t.Errorf("queues deleted with the room: %v, want the PULL subscription's", a.queues.deleted)
+		}
 		want(t, a.do("GET", "/v1/rooms/"+roomID+"/subscriptions/"+pullID, nil), http.StatusNotFound)
 	})
 }

@@ -31,13 +31,15 @@ func TestPublishRouting(t *testing.T) {
 		}
 		names := map[string]string{}
 		for _, s := range subs {
-			body := map[string]any{"type": s.typ, "eventTypes": s.filter, "status": s.status}
+			body := map[string]any{"type": s.typ, "eventTypes": s.filter}
 			if s.typ == "PUSH" {
 				body["pushUrl"] = "http://127.0.0.1:9/" + s.name
 			}
 			r := a.do("POST", "/v1/rooms/orders/subscriptions", body)
 			want(t, r, http.StatusCreated)
-			names[r.JSON(t)["id"].(string)] = s.name
+			id := r.JSON(t)["id"].(string)
+			names[id] = s.name
+			want(t, a.do("PATCH", "/v1/rooms/orders/subscriptions/"+id, map[string]any{"status": s.status}), http.StatusOK)
 		}
 
 		cases := []struct {

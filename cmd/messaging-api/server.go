@@ -48,7 +48,7 @@ func newServer(cfg Config, logger *slog.Logger, db *store.DB, b brokerConn, rela
 	}))
 	e.Use(middleware.BodyLimit(formatBytes(cfg.HTTP.BodyLimit)))
 
-	roomSvc := rooms.NewService(db.Rooms(), clock)
+	roomSvc := rooms.NewService(db.Rooms(), subscriptions.QueueCleanup{Queues: b, Logger: logger}, clock)
 	subSvc := subscriptions.NewService(db.Subscriptions(), roomSvc, b, clock, logger)
 
 	e.GET("/healthz", func(c echo.Context) error {

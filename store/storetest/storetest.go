@@ -30,7 +30,7 @@ func Open(t testing.TB, d store.Dialect) *store.DB {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	dbURL := "sqlite::memory:"
 	if d == store.Postgres {
-		dbURL = postgresSchema(t, log)
+		dbURL = PostgresSchemaURL(t)
 	}
 	db, err := store.Open(ctx, dbURL, log)
 	if err != nil {
@@ -62,10 +62,11 @@ func PostgresURL(t testing.TB) string {
 	return base
 }
 
-// postgresSchema creates a private schema and returns a URL whose
+// PostgresSchemaURL creates a private, empty schema and returns a URL whose
 // search_path points at it; the schema is dropped when the test ends.
-func postgresSchema(t testing.TB, log *slog.Logger) string {
+func PostgresSchemaURL(t testing.TB) string {
 	t.Helper()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	base := PostgresURL(t)
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)

@@ -1,0 +1,309 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/store/storetest"
+)
+
+// realBroker is the STOMP URL of the test broker, skipping the test (failing
+// it in CI) when none is configured.
+func realBroker(t *testing.T) string {
+	t.Helper()
+	u := os.Getenv("BROKER_TEST_URL")
+	if u == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("BROKER_TEST_URL is required in CI")
+		}
+		t.Skip("BROKER_TEST_URL not set: no real broker")
+	}
+	return u
+}
+
+// tcpProxy forwards loopback connections to a broker and can cut them all,
+// which the service sees as a broker outage, without touching the broker
+// other tests use.
+type tcpProxy struct {
+	t      *testing.T
+	target string
+	addr   string
+	mu     sync.Mutex
+	ln     net.Listener
+	conns  []net.Conn
+}
+
+func newTCPProxy(t *testing.T, target string) *tcpProxy {
+	p := &tcpProxy{t: t, target: target}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.addr = ln.Addr().String()
+	p.serve(ln)
+	t.Cleanup(p.down)
+	return p
+}
+
+func (p *tcpProxy) serve(ln net.Listener) {
+	p.mu.Lock()
+	p.ln = ln
+	p.mu.Unlock()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", p.target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			p.mu.Lock()
+			p.conns = append(p.conns, c, up)
+			p.mu.Unlock()
+			go func() { _, _ = io.Copy(up, c); up.Close() }()
+			go func() { _, _ = io.Copy(c, up); c.Close() }()
+		}
+	}()
+}
+
+// down refuses new connections and cuts the open ones.
+func (p *tcpProxy) down() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ln != nil {
+		p.ln.Close()
+		p.ln = nil
+	}
+	for _, c := range p.conns {
+		c.Close()
+	}
+	p.conns = nil
+}
+
+// up listens again on the same address.
+func (p *tcpProxy) up() {
+	var ln net.Listener
+	var err error
+	for range 50 {
+		if ln, err = net.Listen("tcp", p.addr); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
+		p.t.Fatalf("proxy up: %v", err)
+	}
+	p.serve(ln)
+}
+
+// via returns brokerURL with its host replaced by the proxy's address.
+func (p *tcpProxy) via(brokerURL string) string {
+	u, err := url.Parse(brokerURL)
+	if err != nil {
+		p.t.Fatal(err)
+	}
+	u.Host = p.addr
+	return u.String()
+}
+
+func hostOf(t *testing.T, brokerURL string) string {
+	u, err := url.Parse(brokerURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return u.Host
+}
+
+// client is a tiny HTTP client for a service started by the test.
+type client struct {
+	t    *testing.T
+	base string
+}
+
+func (c client) call(method, path, body string, wantStatus int) map[string]any {
+	c.t.Helper()
+	req, _ := http.NewRequest(method, c.base+path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatalf("%s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != wantStatus {
+		c.t.Fatalf("%s %s: %d, want %d: %s", method, path, resp.StatusCode, wantStatus, raw)
+	}
+	var m map[string]any
+	_ = json.Unmarshal(raw, &m)
+	return m
+}
+
+// setupPullRoom creates a room with one event type and a PULL subscription
+// and returns the subscription's queue.
+func setupPullRoom(c client, room string) broker.Destination {
+	c.call("POST", "/v1/rooms", `{"identifier":"`+room+`","managerIdentifier":"m"}`, 201)
+	c.call("POST", "/v1/rooms/"+room+"/event-types", `{"identifier":"tick"}`, 201)
+	c.call("POST", "/v1/rooms/"+room+"/event-types/tick/versions", `{"schema":{"type":"object"}}`, 201)
+	sub := c.call("POST", "/v1/rooms/"+room+"/subscriptions", `{"type":"PULL","eventTypes":[{"eventType":"tick"}]}`, 201)
+	addr, queue, _ := strings.Cut(sub["destination"].(string), "::")
+	return broker.Destination{Address: addr, Queue: queue}
+}
+
+// drain receives from dest until every id in want has arrived or the time is up,
+// and returns the ids it received, with how many times each.
+func drain(t *testing.T, brokerURL string, dest broker.Destination, want map[string]bool, within time.Duration) map[string]int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	b, err := broker.Open(ctx, brokerURL, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	sub, err := b.Subscribe(ctx, dest, broker.SubscribeOptions{Prefetch: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	got := map[string]int{}
+	missing := len(want)
+	for missing > 0 {
+		select {
+		case d, ok := <-sub.C():
+			if !ok {
+				t.Fatal("subscription closed")
+			}
+			id := d.Headers[publish.HeaderEventID]
+			if got[id] == 0 && want[id] {
+				missing--
+			}
+			got[id]++
+			if err := d.Ack(ctx); err != nil {
+				t.Logf("ack: %v", err)
+			}
+		case <-ctx.Done():
+			return got
+		}
+	}
+	return got
+}
+
+func publishN(c client, room string, n int) map[string]bool {
+	ids := map[string]bool{}
+	for i := range n {
+		r := c.call("POST", "/v1/rooms/"+room+"/messages", fmt.Sprintf(`{"eventType":"tick","payload":{"n":%d}}`, i), 202)
+		ids[r["eventId"].(string)] = true
+	}
+	return ids
+}
+
+// TestPublishDuringBrokerOutage: publishes accepted while the broker is
+// unreachable are delivered once it is back.
+func TestPublishDuringBrokerOutage(t *testing.T) {
+	brokerURL := realBroker(t)
+	proxy := newTCPProxy(t, hostOf(t, brokerURL))
+	base := startService(t, map[string]string{
+		"BROKER_URL":           proxy.via(brokerURL),
+		"DATABASE_URL":         storetest.PostgresSchemaURL(t),
+		"OUTBOX_POLL_INTERVAL": "200ms",
+	})
+	c := client{t: t, base: base}
+	room := fmt.Sprintf("outage-%d", time.Now().UnixNano())
+	dest := setupPullRoom(c, room)
+
+	proxy.down()
+	ids := publishN(c, room, 20)
+	time.Sleep(500 * time.Millisecond) // the relay tries and fails meanwhile
+	list := c.call("GET", "/v1/rooms/"+room+"/messages?limit=50", "", 200)
+	for _, it := range list["items"].([]any) {
+		att := it.(map[string]any)["deliveries"].([]any)[0].(map[string]any)["attempts"].([]any)[0].(map[string]any)
+		if att["status"] != "pending" {
+			t.Fatalf("a send is %v while the broker is down", att["status"])
+		}
+	}
+	proxy.up()
+
+	got := drain(t, brokerURL, dest, ids, 60*time.Second)
+	for id := range ids {
+		if got[id] == 0 {
+			t.Errorf("event %s accepted during the outage was never delivered", id)
+		}
+	}
+}
+
+// TestPublishSurvivesKill: a process SIGKILLed after answering 202 but before
+// relaying loses nothing; the next process relays what it left.
+func TestPublishSurvivesKill(t *testing.T) {
+	brokerURL := realBroker(t)
+	bin := filepath.Join(t.TempDir(), "messaging-api")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	proxy := newTCPProxy(t, hostOf(t, brokerURL))
+	dbURL := storetest.PostgresSchemaURL(t)
+	start := func() (*exec.Cmd, string) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		cmd := exec.Command(bin, "serve")
+		cmd.Env = append(os.Environ(), "HTTP_ADDR="+addr, "DATABASE_URL="+dbURL,
+			"BROKER_URL="+proxy.via(brokerURL), "OUTBOX_POLL_INTERVAL=200ms", "LOG_LEVEL=warn")
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+		base := "http://" + addr
+		for deadline := time.Now().Add(20 * time.Second); ; {
+			if resp, err := http.Get(base + "/healthz"); err == nil {
+				resp.Body.Close()
+				return cmd, base
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("service did not start")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
+	first, base := start()
+	c := client{t: t, base: base}
+	room := fmt.Sprintf("kill-%d", time.Now().UnixNano())
+	dest := setupPullRoom(c, room)
+	proxy.down() // nothing the first process accepts can reach the broker
+	ids := publishN(c, room, 25)
+	if err := first.Process.Kill(); err != nil { // SIGKILL: no shutdown code runs
+		t.Fatal(err)
+	}
+	_ = first.Wait()
+	proxy.up()
+
+	start() // a new process on the same database relays the orphaned sends
+	got := drain(t, brokerURL, dest, ids, 60*time.Second)
+	for id := range ids {
+		if got[id] == 0 {
+			t.Errorf("event %s accepted before the kill was never delivered", id)
+		}
+	}
+}
