@@ -84,3 +84,6 @@ func (p *Problems) Err() error {
 	}
 	return &ValidationError{Fields: p.fields}
 }
+
+// IsNotFound reports whether err means something does not exist.
+func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }

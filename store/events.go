@@ -57,6 +57,9 @@ type sendRow struct {
 	StatusCode       *int
 	Error            string
 	CompletedAt      *time.Time
+	LatencyMs        *int64
+	ResponseBody     string
+	NextAttemptAt    *time.Time
 }
 
 func (sendRow) TableName() string { return "published_messages" }

@@ -29,6 +29,9 @@ type subscriptionRow struct {
 	DeliveryDelayMultiplier *float64
 	DeliveryAttempts        *int
 	Status                  string
+	SigningSecret           string
+	PreviousSigningSecret   string
+	PreviousSecretExpiresAt *time.Time
 	CreatedAt               time.Time `gorm:"autoCreateTime:false"`
 	UpdatedAt               time.Time `gorm:"autoUpdateTime:false"`
 }
@@ -50,7 +53,9 @@ func toSubscriptionRow(s subscriptions.Subscription) subscriptionRow {
 		ID: s.ID, RoomID: s.RoomID, Type: string(s.Type), PushURL: s.PushURL,
 		DeliveryDelay: s.DeliveryDelay, DeliveryDelayMultiplier: s.DeliveryDelayMultiplier,
 		DeliveryAttempts: s.DeliveryAttempts, Status: string(s.Status),
-		CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
+		SigningSecret: s.SigningSecret, PreviousSigningSecret: s.PreviousSecret,
+		PreviousSecretExpiresAt: timePtr(s.PreviousSecretExpiresAt),
+		CreatedAt:               s.CreatedAt, UpdatedAt: s.UpdatedAt,
 	}
 }
 
@@ -178,7 +183,9 @@ func (s *Subscriptions) withFilters(ctx context.Context, rows []subscriptionRow)
 			EventTypes:    byID[r.ID],
 			DeliveryDelay: r.DeliveryDelay, DeliveryDelayMultiplier: r.DeliveryDelayMultiplier,
 			DeliveryAttempts: r.DeliveryAttempts, Status: subscriptions.Status(r.Status),
-			CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
+			SigningSecret: r.SigningSecret, PreviousSecret: r.PreviousSigningSecret,
+			PreviousSecretExpiresAt: timeVal(r.PreviousSecretExpiresAt),
+			CreatedAt:               r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 		}
 	}
 	return out, nil

@@ -1,6 +1,7 @@
 package subscriptions
 
 import (
+	"fmt"
 	"net/http"
 	"time"
 
@@ -17,6 +18,7 @@ func Routes(g *echo.Group, s *Service) {
 	g.GET("/rooms/:roomId/subscriptions/:subscriptionId", h.get)
 	g.PATCH("/rooms/:roomId/subscriptions/:subscriptionId", h.update)
 	g.DELETE("/rooms/:roomId/subscriptions/:subscriptionId", h.delete)
+	g.POST("/rooms/:roomId/subscriptions/:subscriptionId/secret\\:rotate", h.rotate)
 }
 
 type handlers struct{ s *Service }
@@ -42,8 +44,10 @@ type response struct {
 	DeliveryDelayMultiplier *float64      `json:"deliveryDelayMultiplier"`
 	DeliveryAttempts        *int          `json:"deliveryAttempts"`
 	Status                  Status        `json:"status"`
-	CreatedAt               time.Time     `json:"createdAt"`
-	UpdatedAt               time.Time     `json:"updatedAt"`
+	// SigningSecret is shown only when it is made: at creation and rotation.
+	SigningSecret string    `json:"signingSecret,omitempty"`
+	CreatedAt     time.Time `json:"createdAt"`
+	UpdatedAt     time.Time `json:"updatedAt"`
 }
 
 func toResponse(s Subscription) response {
@@ -82,7 +86,9 @@ func (h handlers) create(c echo.Context) error {
 		return err
 	}
 	c.Response().Header().Set(echo.HeaderLocation, "/v1/rooms/"+s.RoomID.String()+"/subscriptions/"+s.ID.String())
-	return c.JSON(http.StatusCreated, toResponse(s))
+	r := toResponse(s)
+	r.SigningSecret = s.SigningSecret
+	return c.JSON(http.StatusCreated, r)
 }
 
 func (h handlers) list(c echo.Context) error {
@@ -140,4 +146,31 @@ func (h handlers) delete(c echo.Context) error {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
+}
+
+type rotateRequest struct {
+	GracePeriod *int64 `json:"gracePeriod"` // ms the old secret keeps signing
+}
+
+func (h handlers) rotate(c echo.Context) error {
+	var req rotateRequest
+	if c.Request().ContentLength != 0 {
+		if err := api.Decode(c, &req); err != nil {
+			return err
+		}
+	}
+	grace := DefaultRotationGrace
+	if req.GracePeriod != nil {
+		grace = time.Duration(*req.GracePeriod) * time.Millisecond
+		if grace < 0 || grace > MaxRotationGrace {
+			return api.Invalid("gracePeriod", fmt.Sprintf("must be from 0 to %d ms", MaxRotationGrace.Milliseconds()))
+		}
+	}
+	s, err := h.s.RotateSecret(c.Request().Context(), c.Param("roomId"), c.Param("subscriptionId"), grace)
+	if err != nil {
+		return err
+	}
+	r := toResponse(s)
+	r.SigningSecret = s.SigningSecret
+	return c.JSON(http.StatusOK, r)
 }

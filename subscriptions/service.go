@@ -2,6 +2,8 @@ package subscriptions
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -229,6 +231,9 @@ func (svc *Service) Create(ctx context.Context, roomRef string, p Patch) (Subscr
 	if err := svc.apply(ctx, room, &s, p, true); err != nil {
 		return Subscription{}, err
 	}
+	if s.Type == TypePush {
+		s.SigningSecret = NewSecret()
+	}
 	if s.Type == TypePull {
 		if err := svc.queues.EnsureQueue(ctx, s.Queue()); err != nil {
 			return Subscription{}, fmt.Errorf("create queue %s: %v: %w", s.Queue(), err, api.ErrUnavailable)
@@ -329,4 +334,41 @@ func (c QueueCleanup) RoomDeleted(ctx context.Context, roomID uuid.UUID, pulls [
 			c.Logger.WarnContext(ctx, "pull queue not deleted", slog.String("queue", q.FQQN()), slog.Any("error", err))
 		}
 	}
+}
+
+// Grace periods of a secret rotation.
+const (
+	DefaultRotationGrace = 24 * time.Hour
+	MaxRotationGrace     = 7 * 24 * time.Hour
+)
+
+// NewSecret makes a Standard Webhooks signing secret: "whsec_" and the
+// base64 of 32 random bytes.
+func NewSecret() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails on Linux
+	return "whsec_" + base64.StdEncoding.EncodeToString(b)
+}
+
+// RotateSecret gives a PUSH subscription a new signing secret; the old one
+// keeps signing too for grace, so receivers can switch without a gap.
+func (svc *Service) RotateSecret(ctx context.Context, roomRef, id string, grace time.Duration) (Subscription, error) {
+	_, s, err := svc.Get(ctx, roomRef, id)
+	if err != nil {
+		return Subscription{}, err
+	}
+	if s.Type != TypePush {
+		return Subscription{}, ErrNotPush
+	}
+	if s.Status == StatusTerminated {
+		return Subscription{}, ErrTerminated
+	}
+	now := svc.now().UTC()
+	s.PreviousSecret, s.PreviousSecretExpiresAt = s.SigningSecret, now.Add(grace)
+	s.SigningSecret = NewSecret()
+	s.UpdatedAt = now
+	if err := svc.store.UpdateSubscription(ctx, s); err != nil {
+		return Subscription{}, err
+	}
+	return s, nil
 }

@@ -20,6 +20,7 @@ import (
 var (
 	ErrNotFound   = fmt.Errorf("subscription %w", api.ErrNotFound)
 	ErrTerminated = fmt.Errorf("the subscription is TERMINATED, which is final: %w", api.ErrConflict)
+	ErrNotPush    = fmt.Errorf("only PUSH subscriptions have a signing secret: %w", api.ErrConflict)
 )
 
 // Type says how messages reach the subscriber.
@@ -65,8 +66,22 @@ type Subscription struct {
 	DeliveryDelayMultiplier *float64
 	DeliveryAttempts        *int
 	Status                  Status
+	// SigningSecret signs PUSH requests (Standard Webhooks, "whsec_..."). After
+	// a rotation the previous one also signs until PreviousSecretExpiresAt.
+	SigningSecret           string
+	PreviousSecret          string
+	PreviousSecretExpiresAt time.Time
 	CreatedAt               time.Time
 	UpdatedAt               time.Time
+}
+
+// Secrets are the signing secrets valid at now, newest first.
+func (s Subscription) Secrets(now time.Time) []string {
+	out := []string{s.SigningSecret}
+	if s.PreviousSecret != "" && now.Before(s.PreviousSecretExpiresAt) {
+		out = append(out, s.PreviousSecret)
+	}
+	return out
 }
 
 // Queue is the broker queue of a PULL subscription on its room's address.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/store"
 )
 
@@ -22,6 +23,7 @@ type Config struct {
 	BrokerURL      string
 	PushQueue      broker.Destination
 	Outbox         OutboxConfig
+	Push           push.Config
 	LogLevel       slog.Level
 	LogFormat      string
 	MigrateOnStart bool
@@ -74,8 +76,14 @@ var settings = []setting{
 			return errors.New("must be NAME or ADDRESS::QUEUE")
 		}
 		c.PushQueue = broker.Destination{Address: addr, Queue: queue}
+		c.Push.Queue = c.PushQueue
 		return nil
 	}},
+	{"PUSH_WORKERS", "push-workers", "64", "concurrent push deliveries per dispatcher process", intInto(1, 4096, func(c *Config) *int { return &c.Push.Workers })},
+	{"PUSH_PER_SUBSCRIPTION", "push-per-subscription", "16", "concurrent push deliveries to one subscription (so one slow endpoint cannot take every worker)", intInto(1, 4096, func(c *Config) *int { return &c.Push.PerSubscription })},
+	{"PUSH_PREFETCH", "push-prefetch", "128", "unacknowledged push messages the broker hands one dispatcher", intInto(1, 10000, func(c *Config) *int { return &c.Push.Prefetch })},
+	{"PUSH_TIMEOUT", "push-timeout", "15s", "time one push request may take", durationInto(func(c *Config) *time.Duration { return &c.Push.Timeout })},
+	{"PUSH_MAX_RETRY_AFTER", "push-max-retry-after", "1h", "longest delay a Retry-After header can ask for", durationInto(func(c *Config) *time.Duration { return &c.Push.MaxRetryAfter })},
 	{"OUTBOX_POLL_INTERVAL", "outbox-poll", "1s", "how often the outbox relay looks for sends left pending (by a crash or a broker outage)", durationInto(func(c *Config) *time.Duration { return &c.Outbox.Poll })},
 	{"EVENT_RETENTION", "event-retention", "168h", "how long events and their log are kept when the room does not expire them sooner (at least 24h, the idempotency window)", durationInto(func(c *Config) *time.Duration { return &c.Outbox.Retention })},
 	{"PURGE_INTERVAL", "purge-interval", "10m", "how often expired events and logs are purged", durationInto(func(c *Config) *time.Duration { return &c.Outbox.PurgeInterval })},
@@ -107,6 +115,17 @@ var settings = []setting{
 	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "15s", "time in-flight requests get to finish on SIGTERM", durationInto(func(c *Config) *time.Duration { return &c.HTTP.ShutdownTimeout })},
 }
 
+func intInto(lo, hi int, field func(*Config) *int) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < lo || n > hi {
+			return fmt.Errorf("must be an integer from %d to %d", lo, hi)
+		}
+		*field(c) = n
+		return nil
+	}
+}
+
 func durationInto(field func(*Config) *time.Duration) func(*Config, string) error {
 	return func(c *Config, v string) error {
 		d, err := time.ParseDuration(v)
@@ -127,7 +146,11 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 		values[i] = fs.String(s.flag, "", fmt.Sprintf("%s (env %s, default %q)", s.help, s.env, s.def))
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: messaging-api [serve|migrate] [flags]\n\n  serve    run the HTTP API (default)\n  migrate  apply database migrations and exit\n\nflags:\n")
+		fmt.Fprintf(stderr, "usage: messaging-api [serve|api|dispatcher|migrate] [flags]\n\n"+
+			"  serve       run the HTTP API and the push dispatcher (default)\n"+
+			"  api         run only the HTTP API (and the outbox relay)\n"+
+			"  dispatcher  run only the push dispatcher (and /healthz, /readyz)\n"+
+			"  migrate     apply database migrations and exit\n\nflags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -136,7 +159,7 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	var cfg Config
+	cfg := Config{Push: push.DefaultConfig(broker.Destination{})}
 	var errs []error
 	for i, s := range settings {
 		v, from := s.def, "default"

@@ -92,7 +92,7 @@ func newTestAPI(t *testing.T, d store.Dialect) *testAPI {
 	db := storetest.Open(t, d)
 	q := &fakeQueues{}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := httptest.NewServer(newServer(testConfig(), logger, db, q, idleRelay{}))
+	srv := httptest.NewServer(newServer(testConfig(), logger, db, q, idleRelay{}, true))
 	t.Cleanup(srv.Close)
 	return &testAPI{t: t, srv: srv, queues: q, db: db}
 }

@@ -13,12 +13,14 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
 
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/store"
 )
 
@@ -36,8 +38,13 @@ func main() {
 // run parses the command line and runs one subcommand until ctx is done.
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
 	cmd := "serve"
-	if len(args) > 0 && (args[0] == "serve" || args[0] == "migrate") {
-		cmd, args = args[0], args[1:]
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		switch args[0] {
+		case "serve", "api", "dispatcher", "migrate":
+			cmd, args = args[0], args[1:]
+		default:
+			return fmt.Errorf("unknown command %q (want serve, api, dispatcher or migrate)", args[0])
+		}
 	}
 	cfg, err := loadConfig(args, getenv, stderr)
 	if err != nil {
@@ -82,13 +89,26 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
 	wg.Go(func() { relay.Run(workCtx) })
-	wg.Go(func() { purger.Run(workCtx) })
 	wg.Go(func() { ensureQueue(workCtx, b, cfg.PushQueue, logger) })
+	withAPI := cmd != "dispatcher"
+	if withAPI {
+		wg.Go(func() { purger.Run(workCtx) })
+	}
+	if cmd == "serve" || cmd == "dispatcher" {
+		// The dispatcher stops with ctx: it finishes in-flight deliveries
+		// while the HTTP server drains.
+		d := push.New(cfg.Push, b, db.Push(), db.Push(), push.NewHTTPClient(cfg.Push.Timeout, nil), clock, logger)
+		wg.Go(func() {
+			if err := d.Run(ctx); err != nil {
+				logger.Error("push dispatcher failed", slog.Any("error", err))
+			}
+		})
+	}
 	defer func() {
 		stopWork()
 		wg.Wait()
 	}()
-	err = serve(ctx, cfg, logger, newServer(cfg, logger, db, b, relay))
+	err = serve(ctx, cfg, logger, newServer(cfg, logger, db, b, relay, withAPI))
 	relay.Notify()
 	return err
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/store"
 	"github.com/roomhub/messaging-api/subscriptions"
@@ -29,8 +30,9 @@ type relayState interface {
 	Healthy() error
 }
 
-// newServer builds the echo server with every route.
-func newServer(cfg Config, logger *slog.Logger, db *store.DB, b brokerConn, relay relayState) *echo.Echo {
+// newServer builds the echo server; without withAPI (a dispatcher-only
+// process) it serves only the health endpoints.
+func newServer(cfg Config, logger *slog.Logger, db *store.DB, b brokerConn, relay relayState, withAPI bool) *echo.Echo {
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
@@ -48,18 +50,21 @@ func newServer(cfg Config, logger *slog.Logger, db *store.DB, b brokerConn, rela
 	}))
 	e.Use(middleware.BodyLimit(formatBytes(cfg.HTTP.BodyLimit)))
 
-	roomSvc := rooms.NewService(db.Rooms(), subscriptions.QueueCleanup{Queues: b, Logger: logger}, clock)
-	subSvc := subscriptions.NewService(db.Subscriptions(), roomSvc, b, clock, logger)
-
 	e.GET("/healthz", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 	})
 	e.GET("/readyz", readiness(db, b, relay))
+	if !withAPI {
+		return e
+	}
 
+	roomSvc := rooms.NewService(db.Rooms(), subscriptions.QueueCleanup{Queues: b, Logger: logger}, clock)
+	subSvc := subscriptions.NewService(db.Subscriptions(), roomSvc, b, clock, logger)
 	v1 := e.Group("/v1")
 	rooms.Routes(v1, roomSvc)
 	subscriptions.Routes(v1, subSvc)
 	publish.Routes(v1, publish.NewService(roomSvc, db.Subscriptions(), db.Events(), relay, cfg.PushQueue, clock))
+	push.NewDeadLetters(db.Push(), subSvc, relay, cfg.PushQueue, clock).Routes(v1)
 	return e
 }
 

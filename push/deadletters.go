@@ -1,0 +1,365 @@
+package push
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/rooms"
+	"github.com/roomhub/messaging-api/subscriptions"
+)
+
+// ErrDeadLetterNotFound is returned for a missing (or already replayed) dead letter.
+var ErrDeadLetterNotFound = fmt.Errorf("dead letter %w", api.ErrNotFound)
+
+// MaxReplay bounds one bulk replay.
+const MaxReplay = 500
+
+// Delivery is a send with what its attempt recorded.
+type Delivery struct {
+	publish.Send
+	Latency       time.Duration
+	ResponseBody  string
+	NextAttemptAt time.Time
+}
+
+// DeadLetterStore stores dead letters and reads the delivery log.
+type DeadLetterStore interface {
+	DeadLetters(ctx context.Context, subscriptionID uuid.UUID, limit int, after uuid.UUID) ([]DeadLetter, error)
+	DeadLetter(ctx context.Context, subscriptionID, id uuid.UUID) (DeadLetter, error)
+	DeleteDeadLetter(ctx context.Context, subscriptionID, id uuid.UUID) error
+	// Replay deletes the dead letters ids and stores events with their sends,
+	// in one transaction; ErrDeadLetterNotFound if any is gone.
+	Replay(ctx context.Context, ids []uuid.UUID, events []publish.Event, sends []publish.Send) error
+	Deliveries(ctx context.Context, subscriptionID uuid.UUID, limit int, before uuid.UUID) ([]Delivery, error)
+}
+
+// Subscriptions finds a subscription with its room (subscriptions.Service is one).
+type Subscriptions interface {
+	Get(ctx context.Context, roomRef, id string) (rooms.Room, subscriptions.Subscription, error)
+}
+
+// DeadLetters lists, replays and deletes dead letters, and lists deliveries.
+type DeadLetters struct {
+	store     DeadLetterStore
+	subs      Subscriptions
+	relay     publish.Notifier
+	pushQueue broker.Destination
+	now       func() time.Time
+}
+
+// NewDeadLetters wires the dead-letter service.
+func NewDeadLetters(store DeadLetterStore, subs Subscriptions, relay publish.Notifier, pushQueue broker.Destination, now func() time.Time) *DeadLetters {
+	return &DeadLetters{store: store, subs: subs, relay: relay, pushQueue: pushQueue, now: now}
+}
+
+// Replay publishes dead letters again from attempt 1, as new events (same
+// payload, correlation id and attributes; a fresh expiration).
+func (s *DeadLetters) Replay(ctx context.Context, room rooms.Room, sub subscriptions.Subscription, dls []DeadLetter) ([]publish.Event, error) {
+	if sub.Status == subscriptions.StatusTerminated {
+		return nil, subscriptions.ErrTerminated
+	}
+	now := s.now()
+	requestID := uuid.Must(uuid.NewV7())
+	dest := s.pushQueue
+	if sub.Type == subscriptions.TypePull {
+		dest = sub.Queue()
+	}
+	ids := make([]uuid.UUID, len(dls))
+	events := make([]publish.Event, len(dls))
+	sends := make([]publish.Send, len(dls))
+	for i, dl := range dls {
+		ev := dl.Event
+		ev.ID, ev.RequestID, ev.PublishedAt, ev.Destinations = uuid.Must(uuid.NewV7()), requestID, now, 1
+		ev.IdempotencyKey, ev.RequestHash = "", ""
+		ev.ExpiresAt = time.Time{}
+		if room.MessageExpiration > 0 {
+			ev.ExpiresAt = now.Add(time.Duration(room.MessageExpiration) * time.Millisecond)
+		}
+		ids[i], events[i] = dl.ID, ev
+		sends[i] = publish.Send{
+			ID: uuid.Must(uuid.NewV7()), EventID: ev.ID, RoomID: ev.RoomID, CorrelationID: ev.CorrelationID,
+			SubscriptionID: sub.ID, SubscriptionType: string(sub.Type), Destination: dest.FQQN(),
+			Attempt: 1, CreatedAt: now, Status: publish.StatusPending,
+		}
+	}
+	if err := s.store.Replay(ctx, ids, events, sends); err != nil {
+		return nil, err
+	}
+	s.relay.Notify()
+	return events, nil
+}
+
+// Routes registers the dead-letter and delivery endpoints under g (/v1).
+func (s *DeadLetters) Routes(g *echo.Group) {
+	base := "/rooms/:roomId/subscriptions/:subscriptionId"
+	g.GET(base+"/dead-letters", s.list)
+	g.POST(base+"/dead-letters\\:replay", s.replayBulk)
+	g.GET(base+"/dead-letters/:deadLetterId", s.get)
+	g.POST(base+"/dead-letters/:deadLetterId\\:replay", s.replayOne)
+	g.DELETE(base+"/dead-letters/:deadLetterId", s.delete)
+	g.GET(base+"/deliveries", s.deliveries)
+}
+
+type deadLetterResponse struct {
+	ID               string            `json:"id"`
+	SubscriptionID   string            `json:"subscriptionId"`
+	EventID          string            `json:"eventId"`
+	CorrelationID    string            `json:"correlationId"`
+	EventType        string            `json:"eventType"`
+	EventTypeVersion int               `json:"eventTypeVersion"`
+	Payload          any               `json:"payload"`
+	Attributes       map[string]string `json:"attributes"`
+	Attempts         int               `json:"attempts"`
+	Reason           string            `json:"reason"`
+	LastStatusCode   *int              `json:"lastStatusCode"`
+	LastError        string            `json:"lastError"`
+	PublishedAt      time.Time         `json:"publishedAt"`
+	DeadLetteredAt   time.Time         `json:"deadLetteredAt"`
+}
+
+func toDeadLetterResponse(d DeadLetter) deadLetterResponse {
+	r := deadLetterResponse{
+		ID: d.ID.String(), SubscriptionID: d.SubscriptionID.String(), EventID: d.Event.ID.String(),
+		CorrelationID: d.Event.CorrelationID, EventType: d.Event.EventType, EventTypeVersion: d.Event.Version,
+		Payload: d.Event.Payload, Attributes: d.Event.Attributes, Attempts: d.Attempts, Reason: d.Reason,
+		LastError: d.LastError, PublishedAt: d.Event.PublishedAt, DeadLetteredAt: d.CreatedAt,
+	}
+	if r.Attributes == nil {
+		r.Attributes = map[string]string{}
+	}
+	if d.LastStatusCode != 0 {
+		c := d.LastStatusCode
+		r.LastStatusCode = &c
+	}
+	return r
+}
+
+func (s *DeadLetters) subscription(c echo.Context) (rooms.Room, subscriptions.Subscription, error) {
+	return s.subs.Get(c.Request().Context(), c.Param("roomId"), c.Param("subscriptionId"))
+}
+
+func (s *DeadLetters) list(c echo.Context) error {
+	page, err := api.ParsePage(c, 50, 500)
+	if err != nil {
+		return err
+	}
+	_, sub, err := s.subscription(c)
+	if err != nil {
+		return err
+	}
+	var after uuid.UUID
+	if page.After != "" {
+		if after, err = uuid.Parse(page.After); err != nil {
+			return api.Invalid("cursor", "is not a cursor this API returned")
+		}
+	}
+	dls, err := s.store.DeadLetters(c.Request().Context(), sub.ID, page.Limit, after)
+	if err != nil {
+		return err
+	}
+	out := api.List[deadLetterResponse]{Items: make([]deadLetterResponse, len(dls))}
+	for i, d := range dls {
+		out.Items[i] = toDeadLetterResponse(d)
+	}
+	if len(dls) == page.Limit {
+		out.NextCursor = api.EncodeCursor(dls[len(dls)-1].ID.String())
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (s *DeadLetters) one(c echo.Context) (rooms.Room, subscriptions.Subscription, DeadLetter, error) {
+	room, sub, err := s.subscription(c)
+	if err != nil {
+		return room, sub, DeadLetter{}, err
+	}
+	id, err := uuid.Parse(c.Param("deadLetterId"))
+	if err != nil {
+		return room, sub, DeadLetter{}, ErrDeadLetterNotFound
+	}
+	dl, err := s.store.DeadLetter(c.Request().Context(), sub.ID, id)
+	return room, sub, dl, err
+}
+
+func (s *DeadLetters) get(c echo.Context) error {
+	_, _, dl, err := s.one(c)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toDeadLetterResponse(dl))
+}
+
+func (s *DeadLetters) delete(c echo.Context) error {
+	_, sub, err := s.subscription(c)
+	if err != nil {
+		return err
+	}
+	id, err := uuid.Parse(c.Param("deadLetterId"))
+	if err != nil {
+		return ErrDeadLetterNotFound
+	}
+	if err := s.store.DeleteDeadLetter(c.Request().Context(), sub.ID, id); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+type replayedResponse struct {
+	DeadLetterID  string `json:"deadLetterId"`
+	EventID       string `json:"eventId"`
+	CorrelationID string `json:"correlationId"`
+}
+
+type replayResponse struct {
+	Replayed []replayedResponse `json:"replayed"`
+}
+
+func replayed(dls []DeadLetter, evs []publish.Event) replayResponse {
+	out := replayResponse{Replayed: make([]replayedResponse, len(dls))}
+	for i := range dls {
+		out.Replayed[i] = replayedResponse{DeadLetterID: dls[i].ID.String(), EventID: evs[i].ID.String(), CorrelationID: evs[i].CorrelationID}
+	}
+	return out
+}
+
+func (s *DeadLetters) replayOne(c echo.Context) error {
+	room, sub, dl, err := s.one(c)
+	if err != nil {
+		return err
+	}
+	evs, err := s.Replay(c.Request().Context(), room, sub, []DeadLetter{dl})
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusAccepted, replayed([]DeadLetter{dl}, evs))
+}
+
+type replayRequest struct {
+	// IDs to replay; empty replays the oldest up to MaxReplay.
+	IDs []string `json:"ids"`
+}
+
+func (s *DeadLetters) replayBulk(c echo.Context) error {
+	var req replayRequest
+	if c.Request().ContentLength != 0 {
+		if err := api.Decode(c, &req); err != nil {
+			return err
+		}
+	}
+	if len(req.IDs) > MaxReplay {
+		return api.Invalid("ids", fmt.Sprintf("must list at most %d ids", MaxReplay))
+	}
+	room, sub, err := s.subscription(c)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	var dls []DeadLetter
+	if len(req.IDs) == 0 {
+		if dls, err = s.store.DeadLetters(ctx, sub.ID, MaxReplay, uuid.Nil); err != nil {
+			return err
+		}
+	}
+	var probs api.Problems
+	for i, raw := range req.IDs {
+		id, err := uuid.Parse(raw)
+		if err != nil {
+			probs.Add(fmt.Sprintf("ids[%d]", i), "is not a dead letter id")
+			continue
+		}
+		dl, err := s.store.DeadLetter(ctx, sub.ID, id)
+		if err != nil {
+			if api.IsNotFound(err) {
+				probs.Add(fmt.Sprintf("ids[%d]", i), "no such dead letter of this subscription")
+				continue
+			}
+			return err
+		}
+		dls = append(dls, dl)
+	}
+	if err := probs.Err(); err != nil {
+		return err
+	}
+	if len(dls) == 0 {
+		return c.JSON(http.StatusAccepted, replayResponse{Replayed: []replayedResponse{}})
+	}
+	evs, err := s.Replay(ctx, room, sub, dls)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusAccepted, replayed(dls, evs))
+}
+
+type deliveryResponse struct {
+	ID             string     `json:"id"`
+	EventID        string     `json:"eventId"`
+	CorrelationID  string     `json:"correlationId"`
+	Attempt        int        `json:"attempt"`
+	ScheduledDelay int64      `json:"scheduledDelay"`
+	CreatedAt      time.Time  `json:"createdAt"`
+	SentAt         *time.Time `json:"sentAt"`
+	Status         string     `json:"status"`
+	StatusCode     *int       `json:"statusCode"`
+	Latency        *int64     `json:"latency"`
+	Error          string     `json:"error"`
+	ResponseBody   string     `json:"responseBody"`
+	CompletedAt    *time.Time `json:"completedAt"`
+	NextAttemptAt  *time.Time `json:"nextAttemptAt"`
+}
+
+func optTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func (s *DeadLetters) deliveries(c echo.Context) error {
+	page, err := api.ParsePage(c, 50, 500)
+	if err != nil {
+		return err
+	}
+	_, sub, err := s.subscription(c)
+	if err != nil {
+		return err
+	}
+	var before uuid.UUID
+	if page.After != "" {
+		if before, err = uuid.Parse(page.After); err != nil {
+			return api.Invalid("cursor", "is not a cursor this API returned")
+		}
+	}
+	ds, err := s.store.Deliveries(c.Request().Context(), sub.ID, page.Limit, before)
+	if err != nil {
+		return err
+	}
+	out := api.List[deliveryResponse]{Items: make([]deliveryResponse, len(ds))}
+	for i, d := range ds {
+		r := deliveryResponse{
+			ID: d.ID.String(), EventID: d.EventID.String(), CorrelationID: d.CorrelationID, Attempt: d.Attempt,
+			ScheduledDelay: d.ScheduledDelay.Milliseconds(), CreatedAt: d.CreatedAt, SentAt: optTime(d.SentAt),
+			Status: string(d.Status), Error: d.Error, ResponseBody: d.ResponseBody,
+			CompletedAt: optTime(d.CompletedAt), NextAttemptAt: optTime(d.NextAttemptAt),
+		}
+		if d.StatusCode != 0 {
+			c := d.StatusCode
+			r.StatusCode = &c
+		}
+		if d.Latency > 0 || d.StatusCode != 0 {
+			ms := d.Latency.Milliseconds()
+			r.Latency = &ms
+		}
+		out.Items[i] = r
+	}
+	if len(ds) == page.Limit {
+		out.NextCursor = api.EncodeCursor(ds[len(ds)-1].ID.String())
+	}
+	return c.JSON(http.StatusOK, out)
+}

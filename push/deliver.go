@@ -1,0 +1,136 @@
+package push
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Result says what became of one HTTP delivery attempt.
+type Result int
+
+const (
+	Delivered Result = iota // 2xx
+	Retryable               // connection error, timeout, 5xx, 408, 429
+	Permanent               // any other status: retrying cannot help
+)
+
+func (r Result) String() string {
+	return [...]string{"delivered", "retryable", "permanent"}[r]
+}
+
+// Outcome is one attempt's result with what the log records of it.
+type Outcome struct {
+	Result     Result
+	StatusCode int           // 0 when no response came
+	RetryAfter time.Duration // from a Retry-After header, 0 if none
+	Latency    time.Duration
+	Body       string // the first bytes of the response body
+	Err        string // why it failed, for the log
+}
+
+// Request is one POST to a push URL.
+type Request struct {
+	URL     string
+	Body    []byte
+	Headers http.Header
+}
+
+// NewHTTPClient returns the client every delivery shares: bounded time per
+// request, pooled connections, and no redirects (a 3xx is a permanent failure).
+func NewHTTPClient(timeout time.Duration, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Client {
+	if dial == nil {
+		dial = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
+	return &http.Client{
+		Timeout: timeout,
+		Transport: &http.Transport{
+			DialContext:           dial,
+			MaxIdleConns:          512,
+			MaxIdleConnsPerHost:   64,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   5 * time.Second,
+			ResponseHeaderTimeout: timeout,
+			ExpectContinueTimeout: time.Second,
+			ForceAttemptHTTP2:     true,
+		},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// post delivers r and classifies the outcome; maxBody bounds what is read of
+// the response.
+func post(ctx context.Context, client *http.Client, r Request, maxBody int64, now func() time.Time) Outcome {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL, bytes.NewReader(r.Body))
+	if err != nil {
+		return Outcome{Result: Permanent, Err: "invalid push URL: " + err.Error()}
+	}
+	req.Header = r.Headers
+	start := time.Now()
+	resp, err := client.Do(req)
+	if err != nil {
+		return Outcome{Result: Retryable, Latency: time.Since(start), Err: describe(err)}
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	// Drain a little more so the connection can be reused; give up on large bodies.
+	_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
+	o := Outcome{StatusCode: resp.StatusCode, Latency: time.Since(start), Body: string(body)}
+	switch c := resp.StatusCode; {
+	case c >= 200 && c < 300:
+		o.Result = Delivered
+	case c >= 500, c == http.StatusRequestTimeout, c == http.StatusTooManyRequests:
+		o.Result = Retryable
+		o.Err = fmt.Sprintf("HTTP %d", c)
+		if d, ok := ParseRetryAfter(resp.Header.Get("Retry-After"), now()); ok && (c == http.StatusTooManyRequests || c == http.StatusServiceUnavailable) {
+			o.RetryAfter = d
+		}
+	default:
+		o.Result = Permanent
+		o.Err = fmt.Sprintf("HTTP %d", c)
+		if c >= 300 && c < 400 {
+			o.Err += " (redirects are not followed)"
+		}
+	}
+	return o
+}
+
+func describe(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout: " + err.Error()
+	default:
+		return err.Error()
+	}
+}
+
+// ParseRetryAfter reads a Retry-After value: delay-seconds or an HTTP date
+// (RFC 9110 §10.2.3). A date in the past is a zero delay.
+func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if secs < 0 {
+			return 0, false
+		}
+		if secs > int64(365*24*3600) {
+			secs = 365 * 24 * 3600
+		}
+		return time.Duration(secs) * time.Second, true
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	return max(0, t.Sub(now)), true
+}

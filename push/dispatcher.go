@@ -1,0 +1,469 @@
+package push
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/retry"
+	"github.com/roomhub/messaging-api/rooms"
+	"github.com/roomhub/messaging-api/subscriptions"
+)
+
+// StatusDeferred marks a send that was re-queued without an attempt: its
+// subscription was PAUSED, or had too many messages waiting in memory.
+const StatusDeferred publish.Status = "deferred"
+
+// Dead-letter reasons.
+const (
+	ReasonExhausted = "attempts_exhausted"
+	ReasonPermanent = "permanent_failure"
+	ReasonExpired   = "expired"
+)
+
+// Directory finds a subscription with its room (the store is one).
+type Directory interface {
+	PushTarget(ctx context.Context, roomID, subscriptionID uuid.UUID) (rooms.Room, subscriptions.Subscription, error)
+}
+
+// Attempt is the stored outcome of one send.
+type Attempt struct {
+	Status        publish.Status
+	StatusCode    int
+	Latency       time.Duration
+	Body          string
+	Error         string
+	At            time.Time
+	NextAttemptAt time.Time
+}
+
+// DeadLetter is a message that will not be delivered by itself.
+type DeadLetter struct {
+	ID             uuid.UUID
+	RoomID         uuid.UUID
+	SubscriptionID uuid.UUID
+	Event          publish.Event
+	Attempts       int
+	Reason         string
+	LastStatusCode int
+	LastError      string
+	CreatedAt      time.Time
+}
+
+// Settlement is everything one message's outcome writes, in one transaction.
+type Settlement struct {
+	SendID     uuid.UUID // the row of the copy just handled; uuid.Nil if unknown
+	Attempt    Attempt
+	DeadLetter *DeadLetter
+	// Resend is the next copy, stored claimed by Owner until Until so that
+	// the outbox relay sends it only if this process does not.
+	Resend *publish.Send
+	Owner  string
+	Until  time.Time
+}
+
+// Log stores outcomes (the store is one).
+type Log interface {
+	Settle(ctx context.Context, s Settlement) error
+	MarkSent(ctx context.Context, ids []uuid.UUID, at time.Time) error
+	Release(ctx context.Context, ids []uuid.UUID) error
+}
+
+// Broker is what the dispatcher needs of the broker.
+type Broker interface {
+	Send(ctx context.Context, msg broker.Message) error
+	Subscribe(ctx context.Context, dest broker.Destination, opts broker.SubscribeOptions) (broker.Subscription, error)
+}
+
+// Config tunes the Dispatcher.
+type Config struct {
+	Queue broker.Destination
+	// Workers is how many deliveries run at once.
+	Workers int
+	// PerSubscription bounds one subscription's concurrent deliveries, and
+	// Backlog how many more of its messages may wait in memory.
+	PerSubscription int
+	Backlog         int
+	// Prefetch is the broker consumer's window (messages).
+	Prefetch int
+	// Timeout bounds one HTTP request.
+	Timeout time.Duration
+	// MaxResponseBody is how much of a response body is read and stored.
+	MaxResponseBody int64
+	// MaxRetryAfter bounds how far a Retry-After header can push a retry.
+	MaxRetryAfter time.Duration
+	// DeferDelay is how long a deferred message waits; PausedDelay the first
+	// wait of a PAUSED subscription's message (it doubles up to 5 min).
+	DeferDelay  time.Duration
+	PausedDelay time.Duration
+	// CacheTTL is how long a subscription's settings are reused.
+	CacheTTL time.Duration
+	// ShutdownGrace is how long Run lets in-flight deliveries finish after
+	// its context ends.
+	ShutdownGrace time.Duration
+}
+
+// DefaultConfig suits one dispatcher process on two cores.
+func DefaultConfig(queue broker.Destination) Config {
+	return Config{
+		Queue: queue, Workers: 64, PerSubscription: 16, Backlog: 64, Prefetch: 128,
+		Timeout: 15 * time.Second, MaxResponseBody: 4 << 10, MaxRetryAfter: time.Hour,
+		DeferDelay: time.Second, PausedDelay: 10 * time.Second, CacheTTL: 2 * time.Second,
+		ShutdownGrace: 10 * time.Second,
+	}
+}
+
+// Dispatcher consumes the push queue and delivers to push URLs.
+type Dispatcher struct {
+	cfg    Config
+	broker Broker
+	dir    Directory
+	log    Log
+	client *http.Client
+	now    func() time.Time
+	logger *slog.Logger
+	owner  string
+	cache  targetCache
+	// policy returns the retry policy of a subscription (retry.For by default).
+	policy func(rooms.Room, subscriptions.Subscription) retry.Policy
+}
+
+// New returns a Dispatcher; Run starts it.
+func New(cfg Config, b Broker, dir Directory, log Log, client *http.Client, now func() time.Time, logger *slog.Logger) *Dispatcher {
+	return &Dispatcher{
+		cfg: cfg, broker: b, dir: dir, log: log, client: client, now: now, logger: logger,
+		owner:  "dispatcher-" + uuid.NewString(),
+		cache:  targetCache{ttl: cfg.CacheTTL, m: map[uuid.UUID]cachedTarget{}},
+		policy: retry.For,
+	}
+}
+
+// job is one message being handled.
+type job struct {
+	key uuid.UUID // subscription id
+	d   *broker.Delivery
+}
+
+// Run consumes until ctx is done, then stops taking messages, lets in-flight
+// deliveries finish for ShutdownGrace, cancels the rest (the broker
+// redelivers what was not acked) and returns.
+func (p *Dispatcher) Run(ctx context.Context) error {
+	sub, err := p.broker.Subscribe(ctx, p.cfg.Queue, broker.SubscribeOptions{Prefetch: p.cfg.Prefetch})
+	if err != nil {
+		return fmt.Errorf("subscribe to %s: %w", p.cfg.Queue, err)
+	}
+	defer sub.Close()
+
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	sched := newScheduler(p.cfg.PerSubscription, p.cfg.Backlog)
+	var wg sync.WaitGroup
+	for range max(1, p.cfg.Workers) {
+		wg.Go(func() {
+			for j := sched.take(); j != nil; j = sched.take() {
+				p.handle(workCtx, j)
+				sched.done(j)
+			}
+		})
+	}
+	p.logger.InfoContext(ctx, "push dispatcher consuming", slog.String("queue", p.cfg.Queue.FQQN()), slog.Int("workers", p.cfg.Workers))
+
+read:
+	for {
+		select {
+		case <-ctx.Done():
+			break read
+		case d, ok := <-sub.C():
+			if !ok {
+				break read
+			}
+			p.accept(workCtx, sched, d)
+		}
+	}
+
+	sched.close()
+	finished := make(chan struct{})
+	go func() { wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+	case <-time.After(p.cfg.ShutdownGrace):
+		p.logger.Warn("push dispatcher: cancelling deliveries still running after the grace period", slog.Int("pending", sched.pending()))
+		cancelWork()
+		<-finished
+	}
+	p.logger.Info("push dispatcher stopped")
+	return nil
+}
+
+// accept routes a delivery to the scheduler, or defers it when its
+// subscription already has too many messages waiting.
+func (p *Dispatcher) accept(ctx context.Context, sched *scheduler, d *broker.Delivery) {
+	subID, err := uuid.Parse(d.Headers[publish.HeaderSubscriptionID])
+	if err != nil {
+		// Nothing can deliver or dead-letter a message that names no
+		// subscription; it was not sent by this service.
+		p.logger.ErrorContext(ctx, "push message without a valid subscription id dropped",
+			slog.String("message_id", d.ID), slog.String("correlation_id", d.CorrelationID))
+		p.ack(ctx, d)
+		return
+	}
+	j := &job{key: subID, d: d}
+	if sched.add(j) {
+		return
+	}
+	go p.retryUntilDone(ctx, j, func(ctx context.Context) error {
+		return p.requeue(ctx, j, p.cfg.DeferDelay, "deferred: the subscription has too many messages in flight")
+	})
+}
+
+// handle settles one message, retrying while the database or broker fails.
+func (p *Dispatcher) handle(ctx context.Context, j *job) {
+	p.retryUntilDone(ctx, j, func(ctx context.Context) error { return p.deliver(ctx, j) })
+}
+
+// retryUntilDone runs f until it succeeds or ctx ends (the message then stays
+// unacked and the broker redelivers it after this consumer goes away).
+func (p *Dispatcher) retryUntilDone(ctx context.Context, j *job, f func(context.Context) error) {
+	for wait := 100 * time.Millisecond; ; wait = min(wait*2, 5*time.Second) {
+		err := f(ctx)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		p.logger.WarnContext(ctx, "push: could not settle a message; retrying", slog.Any("error", err),
+			slog.String("correlation_id", j.d.CorrelationID), slog.String("subscription_id", j.key.String()))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+// deliver runs one delivery attempt and settles its outcome.
+func (p *Dispatcher) deliver(ctx context.Context, j *job) error {
+	d := j.d
+	ev := eventOf(d)
+	sendID, _ := uuid.Parse(d.Headers[publish.HeaderSendID])
+	room, sub, err := p.cache.get(ctx, p.dir, ev.RoomID, j.key)
+	if err != nil && !errors.Is(err, api.ErrNotFound) {
+		return err
+	}
+	now := p.now()
+	logAttrs := []any{slog.String("correlation_id", d.CorrelationID), slog.String("event_id", ev.ID.String()),
+		slog.String("subscription_id", j.key.String()), slog.Int("attempt", d.Attempt)}
+
+	switch {
+	case err != nil || sub.Status == subscriptions.StatusTerminated:
+		p.logger.InfoContext(ctx, "push: subscription gone or terminated; message dropped", logAttrs...)
+		return p.settle(ctx, d, Settlement{SendID: sendID, Attempt: Attempt{Status: publish.StatusDropped, Error: "subscription terminated or deleted", At: now}})
+	case sub.Status == subscriptions.StatusPaused:
+		held, _ := strconv.Atoi(d.Headers[headerHeld])
+		delay := min(p.cfg.PausedDelay<<min(held, 10), 5*time.Minute)
+		return p.requeue(ctx, j, delay, "held: the subscription is PAUSED")
+	case !d.Expires.IsZero() && !now.Before(d.Expires):
+		return p.settle(ctx, d, p.deadLetter(Settlement{SendID: sendID, Attempt: Attempt{Status: publish.StatusExpired, Error: "expired before delivery", At: now}}, ev, d, ReasonExpired))
+	}
+
+	out := post(ctx, p.client, p.request(sub, ev, d, now), p.cfg.MaxResponseBody, p.now)
+	if ctx.Err() != nil {
+		return ctx.Err() // shutting down mid-request: leave it unacked
+	}
+	at := p.now()
+	attempt := Attempt{StatusCode: out.StatusCode, Latency: out.Latency, Body: out.Body, Error: out.Err, At: at}
+	switch out.Result {
+	case Delivered:
+		attempt.Status = publish.StatusDelivered
+		return p.settle(ctx, d, Settlement{SendID: sendID, Attempt: attempt})
+	case Permanent:
+		attempt.Status = publish.StatusDeadLettered
+		p.logger.InfoContext(ctx, "push: permanent failure; dead-lettered", append(logAttrs, slog.Int("status_code", out.StatusCode))...)
+		return p.settle(ctx, d, p.deadLetter(Settlement{SendID: sendID, Attempt: attempt}, ev, d, ReasonPermanent))
+	}
+
+	delay, ok := p.policy(room, sub).Next(d.Attempt)
+	if !ok {
+		attempt.Status = publish.StatusDeadLettered
+		return p.settle(ctx, d, p.deadLetter(Settlement{SendID: sendID, Attempt: attempt}, ev, d, ReasonExhausted))
+	}
+	if out.RetryAfter > delay {
+		delay = min(out.RetryAfter, p.cfg.MaxRetryAfter) // raises a delay, never lowers one
+	}
+	next := at.Add(delay)
+	if !d.Expires.IsZero() && !next.Before(d.Expires) {
+		attempt.Status = publish.StatusDeadLettered
+		attempt.Error += "; would expire before the next attempt"
+		return p.settle(ctx, d, p.deadLetter(Settlement{SendID: sendID, Attempt: attempt}, ev, d, ReasonExpired))
+	}
+	attempt.Status = publish.StatusFailed
+	attempt.NextAttemptAt = next
+	resend := p.newSend(ev, d, j.key, d.Attempt+1, delay, at)
+	return p.settle(ctx, d, Settlement{SendID: sendID, Attempt: attempt, Resend: &resend})
+}
+
+// headerHeld counts how often a PAUSED subscription's message was held.
+const headerHeld = "x-held"
+
+// requeue republishes a message with the same attempt after delay, without
+// counting an attempt, and acks the original.
+func (p *Dispatcher) requeue(ctx context.Context, j *job, delay time.Duration, why string) error {
+	d := j.d
+	ev := eventOf(d)
+	sendID, _ := uuid.Parse(d.Headers[publish.HeaderSendID])
+	now := p.now()
+	resend := p.newSend(ev, d, j.key, d.Attempt, delay, now)
+	return p.settle(ctx, d, Settlement{
+		SendID:  sendID,
+		Attempt: Attempt{Status: StatusDeferred, Error: why, At: now, NextAttemptAt: now.Add(delay)},
+		Resend:  &resend,
+	})
+}
+
+func (p *Dispatcher) newSend(ev publish.Event, d *broker.Delivery, subID uuid.UUID, attempt int, delay time.Duration, now time.Time) publish.Send {
+	return publish.Send{
+		ID: uuid.Must(uuid.NewV7()), EventID: ev.ID, RoomID: ev.RoomID, CorrelationID: d.CorrelationID,
+		SubscriptionID: subID, SubscriptionType: string(subscriptions.TypePush), Destination: p.cfg.Queue.FQQN(),
+		Attempt: attempt, ScheduledDelay: delay, CreatedAt: now, Status: publish.StatusPending,
+	}
+}
+
+func (p *Dispatcher) deadLetter(s Settlement, ev publish.Event, d *broker.Delivery, reason string) Settlement {
+	s.DeadLetter = &DeadLetter{
+		ID: uuid.Must(uuid.NewV7()), RoomID: ev.RoomID, SubscriptionID: uuid.MustParse(d.Headers[publish.HeaderSubscriptionID]),
+		Event: ev, Attempts: d.Attempt, Reason: reason, LastStatusCode: s.Attempt.StatusCode,
+		LastError: s.Attempt.Error, CreatedAt: s.Attempt.At,
+	}
+	return s
+}
+
+// settle stores the outcome, sends the next copy if any, then acks. The
+// order is what makes a crash give a duplicate rather than a loss.
+func (p *Dispatcher) settle(ctx context.Context, d *broker.Delivery, s Settlement) error {
+	if s.Resend != nil {
+		s.Owner, s.Until = p.owner, p.now().Add(time.Minute)
+	}
+	if err := p.log.Settle(ctx, s); err != nil {
+		return fmt.Errorf("store outcome: %w", err)
+	}
+	if s.Resend != nil {
+		ev := eventOf(d)
+		msg := publish.Message(publish.Pending{Send: *s.Resend, Event: ev}, p.now())
+		msg.Headers[headerHeld] = d.Headers[headerHeld]
+		if s.Attempt.Status == StatusDeferred && strings.HasPrefix(s.Attempt.Error, "held") {
+			held, _ := strconv.Atoi(d.Headers[headerHeld])
+			msg.Headers[headerHeld] = strconv.Itoa(held + 1)
+		}
+		if msg.Headers[headerHeld] == "" {
+			delete(msg.Headers, headerHeld)
+		}
+		if err := p.broker.Send(ctx, msg); err != nil {
+			// The row is in the outbox: the relay sends it once its claim
+			// lapses. The original can be acked all the same.
+			p.logger.WarnContext(ctx, "push: resend failed; the outbox relay will send it", slog.Any("error", err),
+				slog.String("correlation_id", d.CorrelationID))
+			if rerr := p.log.Release(context.WithoutCancel(ctx), []uuid.UUID{s.Resend.ID}); rerr != nil {
+				return rerr
+			}
+		} else if err := p.log.MarkSent(context.WithoutCancel(ctx), []uuid.UUID{s.Resend.ID}, p.now()); err != nil {
+			p.logger.WarnContext(ctx, "push: could not mark a resend sent; it may be sent twice", slog.Any("error", err))
+		}
+	}
+	p.ack(ctx, d)
+	return nil
+}
+
+func (p *Dispatcher) ack(ctx context.Context, d *broker.Delivery) {
+	if err := d.Ack(ctx); err != nil {
+		// The connection dropped: the broker redelivers the message, and the
+		// outcome stored above makes the duplicate harmless to the log.
+		p.logger.WarnContext(ctx, "push: ack failed; the broker will redeliver", slog.Any("error", err), slog.String("correlation_id", d.CorrelationID))
+	}
+}
+
+// request builds the POST for a delivery, signed per Standard Webhooks.
+func (p *Dispatcher) request(sub subscriptions.Subscription, ev publish.Event, d *broker.Delivery, now time.Time) Request {
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	h.Set("User-Agent", "messaging-api-push/1")
+	h.Set("Webhook-Id", ev.ID.String())
+	h.Set("Webhook-Timestamp", strconv.FormatInt(now.Unix(), 10))
+	if sig := Sign(sub.Secrets(now), ev.ID.String(), now, d.Body); sig != "" {
+		h.Set("Webhook-Signature", sig)
+	}
+	h.Set("X-Event-Id", ev.ID.String())
+	h.Set("X-Correlation-Id", d.CorrelationID)
+	h.Set("X-Event-Type", ev.EventType)
+	h.Set("X-Event-Version", strconv.Itoa(ev.Version))
+	h.Set("X-Attempt", strconv.Itoa(d.Attempt))
+	h.Set("X-Subscription-Id", sub.ID.String())
+	for k, v := range ev.Attributes {
+		h.Set("X-Attr-"+k, v)
+	}
+	return Request{URL: sub.PushURL, Body: d.Body, Headers: h}
+}
+
+// eventOf rebuilds the event a delivery carries from its headers and body.
+func eventOf(d *broker.Delivery) publish.Event {
+	ev := publish.Event{
+		CorrelationID: d.CorrelationID, EventType: d.Headers[publish.HeaderEventType],
+		Payload: json.RawMessage(d.Body), ExpiresAt: d.Expires, Attributes: map[string]string{},
+	}
+	ev.ID, _ = uuid.Parse(d.Headers[publish.HeaderEventID])
+	ev.RoomID, _ = uuid.Parse(d.Headers[publish.HeaderRoomID])
+	ev.Version, _ = strconv.Atoi(d.Headers[publish.HeaderEventVersion])
+	if ms, err := strconv.ParseInt(d.Headers[publish.HeaderPublishedAt], 10, 64); err == nil {
+		ev.PublishedAt = time.UnixMilli(ms).UTC()
+	}
+	for k, v := range d.Headers {
+		if name, ok := strings.CutPrefix(k, publish.AttributePrefix); ok {
+			ev.Attributes[name] = v
+		}
+	}
+	return ev
+}
+
+type cachedTarget struct {
+	room    rooms.Room
+	sub     subscriptions.Subscription
+	err     error
+	fetched time.Time
+}
+
+// targetCache keeps subscriptions for a short while so that a burst of
+// messages costs one lookup; a status change takes effect within ttl.
+type targetCache struct {
+	mu  sync.Mutex
+	ttl time.Duration
+	m   map[uuid.UUID]cachedTarget
+}
+
+func (c *targetCache) get(ctx context.Context, dir Directory, roomID, subID uuid.UUID) (rooms.Room, subscriptions.Subscription, error) {
+	c.mu.Lock()
+	t, ok := c.m[subID]
+	c.mu.Unlock()
+	if ok && time.Since(t.fetched) < c.ttl {
+		return t.room, t.sub, t.err
+	}
+	room, sub, err := dir.PushTarget(ctx, roomID, subID)
+	if err != nil && !errors.Is(err, api.ErrNotFound) {
+		return room, sub, err // not cached: a database hiccup
+	}
+	c.mu.Lock()
+	if len(c.m) > 100_000 {
+		c.m = map[uuid.UUID]cachedTarget{}
+	}
+	c.m[subID] = cachedTarget{room: room, sub: sub, err: err, fetched: time.Now()}
+	c.mu.Unlock()
+	return room, sub, err
+}

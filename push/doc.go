@@ -1,0 +1,29 @@
+// Package push delivers the messages of PUSH subscriptions: the Dispatcher
+// consumes the one shared push queue and POSTs each message to its
+// subscription's URL.
+//
+// Delivery semantics:
+//
+//   - At least once. A message is acked on the broker only after its outcome
+//     is stored: delivered (2xx), a retry scheduled, or a dead letter. A crash
+//     before the ack makes the broker redeliver it: a duplicate, never a loss.
+//     Receivers deduplicate with the webhook-id header (the event id).
+//   - A retry is a fresh copy of the message, republished with
+//     AMQ_SCHEDULED_DELAY from the subscription's retry policy and attempt
+//     k+1, logged in published_messages before it is sent (so the outbox relay
+//     sends it if this process dies first); only then is the original acked.
+//     NACK is never used: Artemis discards on NACK, ActiveMQ Classic
+//     dead-letters.
+//   - Retried: connection errors, timeouts, 5xx, 408 and 429 (Retry-After,
+//     seconds or HTTP date, raises the delay, bounded). Any other status
+//     (including redirects, which are never followed) is permanent: the
+//     message becomes a dead letter at once, as it does when attempts are
+//     exhausted or it would expire before the next attempt. An expired
+//     message is never delivered.
+//   - A TERMINATED or deleted subscription's messages are dropped (logged); a
+//     PAUSED one's are held: republished with a growing delay, not counted as
+//     attempts, until the subscription is ACTIVE again.
+//   - One slow endpoint cannot hold the others back: each subscription has a
+//     bound on concurrent requests and on messages waiting in memory; past it
+//     messages are deferred (republished after a short delay), not queued.
+package push

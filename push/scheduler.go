@@ -1,0 +1,107 @@
+package push
+
+import (
+	"sync"
+
+	"github.com/google/uuid"
+)
+
+// scheduler hands jobs to workers so that no subscription has more than
+// perSub jobs running or ready at once; the rest wait in its backlog, which
+// holds at most maxBacklog. Workers take jobs in arrival order otherwise.
+type scheduler struct {
+	mu         sync.Mutex
+	cond       *sync.Cond
+	ready      []*job
+	backlog    map[uuid.UUID][]*job
+	active     map[uuid.UUID]int
+	perSub     int
+	maxBacklog int
+	closed     bool
+}
+
+func newScheduler(perSub, maxBacklog int) *scheduler {
+	s := &scheduler{
+		backlog: map[uuid.UUID][]*job{}, active: map[uuid.UUID]int{},
+		perSub: max(1, perSub), maxBacklog: maxBacklog,
+	}
+	s.cond = sync.NewCond(&s.mu)
+	return s
+}
+
+// add queues j; false means its subscription's backlog is full and the caller
+// must defer the message elsewhere.
+func (s *scheduler) add(j *job) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active[j.key] < s.perSub {
+		s.active[j.key]++
+		s.ready = append(s.ready, j)
+		s.cond.Signal()
+		return true
+	}
+	if len(s.backlog[j.key]) >= s.maxBacklog {
+		return false
+	}
+	s.backlog[j.key] = append(s.backlog[j.key], j)
+	return true
+}
+
+// take blocks for the next ready job; nil when closed and drained.
+func (s *scheduler) take() *job {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for len(s.ready) == 0 && !s.closed {
+		s.cond.Wait()
+	}
+	if len(s.ready) == 0 {
+		return nil
+	}
+	j := s.ready[0]
+	s.ready[0] = nil
+	s.ready = s.ready[1:]
+	return j
+}
+
+// done frees j's slot and promotes the next job of its subscription.
+func (s *scheduler) done(j *job) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if q := s.backlog[j.key]; len(q) > 0 {
+		s.ready = append(s.ready, q[0])
+		q[0] = nil
+		if len(q) == 1 {
+			delete(s.backlog, j.key)
+		} else {
+			s.backlog[j.key] = q[1:]
+		}
+		s.cond.Signal()
+		return
+	}
+	if s.active[j.key]--; s.active[j.key] <= 0 {
+		delete(s.active, j.key)
+	}
+}
+
+// close wakes every worker; take returns nil once ready is empty. Jobs left in
+// backlogs are never acked, so the broker redelivers them.
+func (s *scheduler) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	s.cond.Broadcast()
+}
+
+// pending counts jobs not yet finished.
+func (s *scheduler) pending() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, a := range s.active {
+		n += a
+	}
+	for _, q := range s.backlog {
+		n += len(q)
+	}
+	return n
+}

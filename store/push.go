@@ -1,0 +1,223 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+
+	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/push"
+	"github.com/roomhub/messaging-api/rooms"
+	"github.com/roomhub/messaging-api/subscriptions"
+)
+
+// Push implements what the push dispatcher and the dead-letter API store.
+type Push struct{ db *DB }
+
+var (
+	_ push.Log             = (*Push)(nil)
+	_ push.Directory       = (*Push)(nil)
+	_ push.DeadLetterStore = (*Push)(nil)
+)
+
+// Push returns the push store.
+func (db *DB) Push() *Push { return &Push{db: db} }
+
+type deadLetterRow struct {
+	ID             uuid.UUID `gorm:"primaryKey"`
+	RoomID         uuid.UUID
+	SubscriptionID uuid.UUID
+	EventID        uuid.UUID
+	CorrelationID  string
+	EventTypeID    uuid.UUID
+	EventType      string
+	Version        int
+	Payload        string
+	Attributes     string
+	Attempts       int
+	Reason         string
+	LastStatusCode *int
+	LastError      string
+	PublishedAt    time.Time `gorm:"autoCreateTime:false"`
+	CreatedAt      time.Time `gorm:"autoCreateTime:false"`
+}
+
+func (deadLetterRow) TableName() string { return "dead_letters" }
+
+func toDeadLetterRow(d push.DeadLetter) deadLetterRow {
+	attrs, _ := json.Marshal(d.Event.Attributes)
+	r := deadLetterRow{
+		ID: d.ID, RoomID: d.RoomID, SubscriptionID: d.SubscriptionID, EventID: d.Event.ID,
+		CorrelationID: d.Event.CorrelationID, EventTypeID: d.Event.EventTypeID, EventType: d.Event.EventType,
+		Version: d.Event.Version, Payload: string(d.Event.Payload), Attributes: string(attrs),
+		Attempts: d.Attempts, Reason: d.Reason, LastError: d.LastError,
+		PublishedAt: d.Event.PublishedAt, CreatedAt: d.CreatedAt,
+	}
+	if d.LastStatusCode != 0 {
+		c := d.LastStatusCode
+		r.LastStatusCode = &c
+	}
+	return r
+}
+
+func (r deadLetterRow) domain() push.DeadLetter {
+	d := push.DeadLetter{
+		ID: r.ID, RoomID: r.RoomID, SubscriptionID: r.SubscriptionID, Attempts: r.Attempts,
+		Reason: r.Reason, LastError: r.LastError, CreatedAt: r.CreatedAt.UTC(),
+		Event: publish.Event{
+			ID: r.EventID, RoomID: r.RoomID, CorrelationID: r.CorrelationID, EventTypeID: r.EventTypeID,
+			EventType: r.EventType, Version: r.Version, Payload: json.RawMessage(r.Payload),
+			PublishedAt: r.PublishedAt.UTC(),
+		},
+	}
+	_ = json.Unmarshal([]byte(r.Attributes), &d.Event.Attributes)
+	if r.LastStatusCode != nil {
+		d.LastStatusCode = *r.LastStatusCode
+	}
+	return d
+}
+
+func (s *Push) tx(ctx context.Context) *gorm.DB { return s.db.gorm.WithContext(ctx) }
+
+// PushTarget implements push.Directory.
+func (s *Push) PushTarget(ctx context.Context, roomID, subscriptionID uuid.UUID) (rooms.Room, subscriptions.Subscription, error) {
+	sub, err := s.db.Subscriptions().Subscription(ctx, roomID, subscriptionID)
+	if err != nil {
+		return rooms.Room{}, subscriptions.Subscription{}, err
+	}
+	room, err := s.db.Rooms().Room(ctx, roomID)
+	return room, sub, err
+}
+
+// Settle implements push.Log.
+func (s *Push) Settle(ctx context.Context, st push.Settlement) error {
+	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
+		if st.SendID != uuid.Nil {
+			a := st.Attempt
+			upd := map[string]any{
+				"status": string(a.Status), "error": a.Error, "response_body": a.Body,
+				"completed_at": a.At.UTC(), "claimed_until": nil, "next_attempt_at": timePtr(a.NextAttemptAt),
+			}
+			if a.StatusCode != 0 {
+				upd["status_code"] = a.StatusCode
+			}
+			if a.Latency > 0 {
+				upd["latency_ms"] = a.Latency.Milliseconds()
+			}
+			if err := tx.Model(&sendRow{}).Where("id = ?", st.SendID).Updates(upd).Error; err != nil {
+				return err
+			}
+		}
+		if st.DeadLetter != nil {
+			row := toDeadLetterRow(*st.DeadLetter)
+			if err := tx.Create(&row).Error; err != nil {
+				return err
+			}
+		}
+		if st.Resend != nil {
+			row := toSendRow(*st.Resend)
+			row.ClaimedBy, row.ClaimedUntil = st.Owner, timePtr(st.Until)
+			if err := tx.Create(&row).Error; err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return translate(err, nil, nil)
+}
+
+// MarkSent implements push.Log.
+func (s *Push) MarkSent(ctx context.Context, ids []uuid.UUID, at time.Time) error {
+	return s.db.Events().MarkSent(ctx, ids, at)
+}
+
+// Release implements push.Log.
+func (s *Push) Release(ctx context.Context, ids []uuid.UUID) error {
+	return s.db.Events().Release(ctx, ids)
+}
+
+// DeadLetters implements push.DeadLetterStore.
+func (s *Push) DeadLetters(ctx context.Context, subscriptionID uuid.UUID, limit int, after uuid.UUID) ([]push.DeadLetter, error) {
+	tx := s.tx(ctx).Where("subscription_id = ?", subscriptionID).Order("id")
+	if after != uuid.Nil {
+		tx = tx.Where("id > ?", after)
+	}
+	if limit > 0 {
+		tx = tx.Limit(limit)
+	}
+	var rows []deadLetterRow
+	if err := tx.Find(&rows).Error; err != nil {
+		return nil, translate(err, nil, nil)
+	}
+	out := make([]push.DeadLetter, len(rows))
+	for i, r := range rows {
+		out[i] = r.domain()
+	}
+	return out, nil
+}
+
+// DeadLetter implements push.DeadLetterStore.
+func (s *Push) DeadLetter(ctx context.Context, subscriptionID, id uuid.UUID) (push.DeadLetter, error) {
+	var r deadLetterRow
+	err := s.tx(ctx).Where("subscription_id = ? AND id = ?", subscriptionID, id).Take(&r).Error
+	return r.domain(), translate(err, push.ErrDeadLetterNotFound, nil)
+}
+
+// DeleteDeadLetter implements push.DeadLetterStore.
+func (s *Push) DeleteDeadLetter(ctx context.Context, subscriptionID, id uuid.UUID) error {
+	res := s.tx(ctx).Where("subscription_id = ? AND id = ?", subscriptionID, id).Delete(&deadLetterRow{})
+	if res.Error == nil && res.RowsAffected == 0 {
+		return push.ErrDeadLetterNotFound
+	}
+	return translate(res.Error, nil, nil)
+}
+
+// Replay implements push.DeadLetterStore: the dead letters go and their new
+// events and sends come, all or nothing.
+func (s *Push) Replay(ctx context.Context, ids []uuid.UUID, events []publish.Event, sends []publish.Send) error {
+	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
+		res := tx.Where("id IN ?", ids).Delete(&deadLetterRow{})
+		if res.Error != nil {
+			return res.Error
+		}
+		if int(res.RowsAffected) != len(ids) {
+			return push.ErrDeadLetterNotFound // replayed concurrently: do nothing
+		}
+		evs := make([]eventRow, len(events))
+		for i, e := range events {
+			evs[i] = toEventRow(e)
+		}
+		if err := tx.CreateInBatches(evs, 500).Error; err != nil {
+			return err
+		}
+		rows := make([]sendRow, len(sends))
+		for i, sd := range sends {
+			rows[i] = toSendRow(sd)
+		}
+		return tx.CreateInBatches(rows, 500).Error
+	})
+	return translate(err, nil, nil)
+}
+
+// Deliveries implements push.DeadLetterStore: a subscription's sends, newest first.
+func (s *Push) Deliveries(ctx context.Context, subscriptionID uuid.UUID, limit int, before uuid.UUID) ([]push.Delivery, error) {
+	tx := s.tx(ctx).Where("subscription_id = ?", subscriptionID).Order("id DESC")
+	if before != uuid.Nil {
+		tx = tx.Where("id < ?", before)
+	}
+	var rows []sendRow
+	if err := tx.Limit(limit).Find(&rows).Error; err != nil {
+		return nil, translate(err, nil, nil)
+	}
+	out := make([]push.Delivery, len(rows))
+	for i, r := range rows {
+		out[i] = push.Delivery{Send: r.domain(), ResponseBody: r.ResponseBody, NextAttemptAt: timeVal(r.NextAttemptAt)}
+		if r.LatencyMs != nil {
+			out[i].Latency = time.Duration(*r.LatencyMs) * time.Millisecond
+		}
+	}
+	return out, nil
+}
