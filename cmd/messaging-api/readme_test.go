@@ -84,6 +84,43 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// startReceiver builds and runs cmd/webhook-receiver on a free port with
+// args and returns its host:port.
+func startReceiver(t *testing.T, args ...string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "webhook-receiver")
+	if out, err := exec.Command("go", "build", "-o", bin, "../webhook-receiver").CombinedOutput(); err != nil {
+		t.Fatalf("build receiver: %v\n%s", err, out)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	cmd := exec.Command(bin, append([]string{"-addr", addr}, args...)...)
+	var out syncBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Logf("receiver output:\n%s", out.String())
+	})
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return addr
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("receiver did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // readmeBlock returns the ```sh block that follows marker in README.md.
 func readmeBlock(t *testing.T, marker string) string {
 	t.Helper()
@@ -113,16 +150,27 @@ func TestReadmeQuickstart(t *testing.T) {
 		t.Skip("curl not installed")
 	}
 	base := startService(t, nil)
+	receiver := startReceiver(t, "-fail", "2")
 	block := readmeBlock(t, "TestReadmeQuickstart")
-	script := "set -euo pipefail\ncurl() { command curl --fail-with-body \"$@\"; echo; }\n" +
-		strings.ReplaceAll(block, "localhost:8080", strings.TrimPrefix(base, "http://"))
+	block = strings.ReplaceAll(block, "localhost:8080", strings.TrimPrefix(base, "http://"))
+	block = strings.ReplaceAll(block, "localhost:9000", receiver)
+	script := "set -euo pipefail\ncurl() { command curl --fail-with-body \"$@\"; echo; }\n" + block
 	cmd := exec.Command("bash", "-c", script)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("README commands failed: %v\n%s", err, out.String())
 	}
-	for _, wantText := range []string{`"identifier":"orders"`, `"destination":"room-`, `"pushUrl":"https://example.com/webhooks/orders"`} {
+	last := out.String()[strings.LastIndex(out.String(), `{"items"`):]
+	for _, wantText := range []string{`"status":"delivered","statusCode":200`} {
+		if !strings.Contains(last, wantText) {
+			t.Errorf("the timeline lacks %s:\n%s", wantText, last)
+		}
+	}
+	if n := strings.Count(last, `"status":"failed","statusCode":500`); n != 2 {
+		t.Errorf("the timeline shows %d failed attempts, want 2:\n%s", n, last)
+	}
+	for _, wantText := range []string{`"identifier":"orders"`, `"destination":"room-`, `"pushUrl":"http://` + receiver + `/hooks/orders"`, `"destinations":2`} {
 		if !strings.Contains(out.String(), wantText) {
 			t.Errorf("output lacks %s:\n%s", wantText, out.String())
 		}
