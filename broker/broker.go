@@ -65,6 +65,11 @@ type Message struct {
 
 // Delivery is a message received from a subscription. It must be acked exactly
 // once; an unacked delivery is redelivered after its consumer goes away.
+//
+// Its Message is what was sent, minus everything the broker added: Headers hold
+// only application headers and Delay is always zero, so a retry is the Message
+// with Attempt and Delay changed, sent again (never copy broker headers, see
+// ARCHITECTURE.md). Expires is the value given to Send.
 type Delivery struct {
 	Message
 	// ID is the broker's message id, for logs only.
@@ -75,7 +80,8 @@ type Delivery struct {
 	ack func(context.Context) error
 }
 
-// Ack acknowledges this one message (client-individual acknowledgement).
+// Ack acknowledges this one message (client-individual acknowledgement). A
+// second Ack of the same delivery returns an error.
 func (d *Delivery) Ack(ctx context.Context) error {
 	if d.ack == nil {
 		return errors.New("broker: delivery cannot be acked")
@@ -86,7 +92,8 @@ func (d *Delivery) Ack(ctx context.Context) error {
 // SubscribeOptions tune a subscription.
 type SubscribeOptions struct {
 	// Prefetch bounds how many unacked messages the broker pushes to this
-	// consumer; 0 means the implementation's small default.
+	// consumer; 0 means the implementation's small default (8, or the STOMP
+	// URL's prefetch option). Artemis counts in bytes: see consumerWindow.
 	Prefetch int
 }
 

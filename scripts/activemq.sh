@@ -4,6 +4,7 @@
 # log live in .local/activemq (gitignored). Only STOMP is opened, on 127.0.0.1.
 #
 #   scripts/activemq.sh install      apt-get install activemq, unless already installed
+#   scripts/activemq.sh installed    exit 0 when ActiveMQ Classic is installed, 1 otherwise
 #   scripts/activemq.sh start        start in the background (installs if needed); waits
 #                                    until the STOMP port answers a CONNECT
 #   scripts/activemq.sh stop         graceful stop, killed after ACTIVEMQ_STOP_TIMEOUT
@@ -214,6 +215,7 @@ cmd_foreground() {
 
 case "${1:-}" in
 install) cmd_install ;;
+installed) [[ -f "$AMQ_JAR" ]] ;;
 start) cmd_start ;;
 stop) cmd_stop ;;
 restart)
@@ -224,7 +226,7 @@ status) cmd_status ;;
 foreground) cmd_foreground ;;
 logs) exec tail -n 100 -F "$LOG" ;;
 *)
-	echo "usage: $0 install|start|stop|restart|status|foreground|logs" >&2
+	echo "usage: $0 install|installed|start|stop|restart|status|foreground|logs" >&2
 	exit 2
 	;;
 esac

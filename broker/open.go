@@ -1,0 +1,250 @@
+package broker
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Open connects to the broker named by rawURL.
+//
+//	"", "embedded", "embedded://"          the in-process broker (not durable)
+//	stomp://user:pass@host:port?options    STOMP over TCP (default port 61613)
+//	stomp+ssl://user:pass@host:port?...    STOMP over TLS (default port 61614; stomp+tls:// too)
+//
+// STOMP options (query parameters; unknown ones are an error so typos surface):
+//
+//	dialect=artemis|activemq   broker flavour (default artemis)
+//	senders=4                  connections used by Send; each carries one send awaiting its receipt
+//	heartbeat=10s              heart-beat interval both ways; 0 turns heart-beats off
+//	prefetch=8                 prefetch of subscriptions that ask for 0
+//	windowPerMessage=65536     Artemis: consumer-window-size bytes per prefetched message
+//	connectTimeout=10s         bound on TCP + TLS + CONNECT
+//	receiptTimeout=30s         a send without receipt after this drops its connection
+//	maxReconnectDelay=10s      cap of the exponential redial backoff (which starts at 100ms)
+//	managementAddress=activemq.management   Artemis management address
+//
+// Open fails fast when the URL is wrong or the broker refuses the login. A broker
+// that cannot be reached is not an error: the connections keep redialing in the
+// background, Connected reports false and Send waits for its context.
+func Open(ctx context.Context, rawURL string, logger *slog.Logger) (Broker, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if isEmbeddedURL(rawURL) {
+		logger.WarnContext(ctx, "broker: using the embedded in-process broker; messages are NOT durable and are lost when the process stops",
+			"url", rawURL)
+		return NewEmbedded(logger), nil
+	}
+	cfg, err := parseStompURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return openStomp(ctx, cfg, logger)
+}
+
+func isEmbeddedURL(raw string) bool {
+	switch strings.TrimSpace(raw) {
+	case "", "embedded", "embedded:", "embedded://":
+		return true
+	}
+	return false
+}
+
+// dialect selects the broker flavour a STOMP connection talks to.
+type dialect string
+
+// Supported dialects.
+const (
+	dialectArtemis  dialect = "artemis"
+	dialectActiveMQ dialect = "activemq"
+)
+
+// stompConfig is a parsed STOMP broker URL.
+type stompConfig struct {
+	addr              string // host:port
+	host              string // for the CONNECT host header and TLS server name
+	tls               *tls.Config
+	login, passcode   string
+	dialect           dialect
+	senders           int
+	heartbeat         time.Duration
+	prefetch          int
+	windowPerMessage  int
+	connectTimeout    time.Duration
+	receiptTimeout    time.Duration
+	minReconnectDelay time.Duration
+	maxReconnectDelay time.Duration
+	managementAddress string
+	redacted          string // the URL without its password, for logs
+}
+
+func defaultStompConfig() stompConfig {
+	return stompConfig{
+		dialect:           dialectArtemis,
+		senders:           4,
+		heartbeat:         10 * time.Second,
+		prefetch:          defaultPrefetch,
+		windowPerMessage:  64 << 10,
+		connectTimeout:    10 * time.Second,
+		receiptTimeout:    30 * time.Second,
+		minReconnectDelay: 100 * time.Millisecond,
+		maxReconnectDelay: 10 * time.Second,
+		managementAddress: "activemq.management",
+	}
+}
+
+// parseStompURL validates rawURL and returns the configuration it describes;
+// errors name the offending part but never echo the password.
+func parseStompURL(rawURL string) (stompConfig, error) {
+	cfg := defaultStompConfig()
+	red := Redact(rawURL)
+	cfg.redacted = red
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return cfg, fmt.Errorf("broker: url %s: cannot parse", red)
+	}
+	defaultPort := "61613"
+	switch u.Scheme {
+	case "stomp":
+	case "stomp+ssl", "stomp+tls":
+		defaultPort = "61614"
+	default:
+		return cfg, fmt.Errorf("broker: url %s: unsupported scheme %q (want embedded, stomp or stomp+ssl)", red, u.Scheme)
+	}
+	if u.Opaque != "" || u.Host == "" {
+		return cfg, fmt.Errorf("broker: url %s: missing host (want %s://host:port)", red, u.Scheme)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return cfg, fmt.Errorf("broker: url %s: unexpected path %q", red, u.Path)
+	}
+	if u.Fragment != "" {
+		return cfg, fmt.Errorf("broker: url %s: unexpected fragment", red)
+	}
+	cfg.host = u.Hostname()
+	if cfg.host == "" {
+		return cfg, fmt.Errorf("broker: url %s: missing host", red)
+	}
+	port := u.Port()
+	if port == "" {
+		if strings.HasSuffix(u.Host, ":") {
+			return cfg, fmt.Errorf("broker: url %s: empty port", red)
+		}
+		port = defaultPort
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return cfg, fmt.Errorf("broker: url %s: invalid port %q", red, port)
+	}
+	cfg.addr = net.JoinHostPort(cfg.host, port)
+	if u.Scheme != "stomp" {
+		cfg.tls = &tls.Config{ServerName: cfg.host, MinVersion: tls.VersionTLS12}
+	}
+	if u.User != nil {
+		cfg.login = u.User.Username()
+		cfg.passcode, _ = u.User.Password()
+	}
+
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return cfg, fmt.Errorf("broker: url %s: query: %w", red, err)
+	}
+	for key, values := range q {
+		if len(values) != 1 {
+			return cfg, fmt.Errorf("broker: url %s: option %q given %d times", red, key, len(values))
+		}
+		v := values[0]
+		var err error
+		switch key {
+		case "dialect":
+			switch d := dialect(strings.ToLower(v)); d {
+			case dialectArtemis, dialectActiveMQ:
+				cfg.dialect = d
+			default:
+				err = fmt.Errorf("unknown dialect %q (want artemis or activemq)", v)
+			}
+		case "senders":
+			cfg.senders, err = parseIntOption(v, 1, 64)
+		case "heartbeat":
+			cfg.heartbeat, err = parseDurationOption(v, 0, time.Hour)
+			if err == nil && cfg.heartbeat > 0 && cfg.heartbeat < 100*time.Millisecond {
+				err = fmt.Errorf("%s is below 100ms", v)
+			}
+		case "prefetch":
+			cfg.prefetch, err = parseIntOption(v, 1, 10000)
+		case "windowPerMessage":
+			cfg.windowPerMessage, err = parseIntOption(v, 1, 16<<20)
+		case "connectTimeout":
+			cfg.connectTimeout, err = parseDurationOption(v, 100*time.Millisecond, 5*time.Minute)
+		case "receiptTimeout":
+			cfg.receiptTimeout, err = parseDurationOption(v, 100*time.Millisecond, 10*time.Minute)
+		case "maxReconnectDelay":
+			cfg.maxReconnectDelay, err = parseDurationOption(v, cfg.minReconnectDelay, 10*time.Minute)
+		case "managementAddress":
+			if v == "" {
+				err = fmt.Errorf("empty")
+			}
+			cfg.managementAddress = v
+		default:
+			err = fmt.Errorf("unknown option")
+		}
+		if err != nil {
+			return cfg, fmt.Errorf("broker: url %s: option %s: %w", red, key, err)
+		}
+	}
+	return cfg, nil
+}
+
+func parseIntOption(v string, lo, hi int) (int, error) {
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not an integer", v)
+	}
+	if n < lo || n > hi {
+		return 0, fmt.Errorf("%d is outside [%d, %d]", n, lo, hi)
+	}
+	return n, nil
+}
+
+func parseDurationOption(v string, lo, hi time.Duration) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration like 10s or 500ms", v)
+	}
+	if d < lo || d > hi {
+		return 0, fmt.Errorf("%s is outside [%s, %s]", d, lo, hi)
+	}
+	return d, nil
+}
+
+// Redact returns rawURL with its password replaced by "xxxxx", for logs and
+// error messages. It never returns the password, even for a URL that does not
+// parse.
+func Redact(rawURL string) string {
+	if u, err := url.Parse(rawURL); err == nil {
+		return u.Redacted()
+	}
+	// Unparseable: mask everything between "://" and the last '@' of the authority.
+	scheme, rest, ok := strings.Cut(rawURL, "://")
+	if !ok {
+		if strings.Contains(rawURL, "@") {
+			return "xxxxx"
+		}
+		return rawURL
+	}
+	authority, tail := rest, ""
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		authority, tail = rest[:i], rest[i:]
+	}
+	at := strings.LastIndex(authority, "@")
+	if at < 0 {
+		return rawURL
+	}
+	user, _, _ := strings.Cut(authority[:at], ":")
+	return scheme + "://" + user + ":xxxxx@" + authority[at+1:] + tail
+}

@@ -1,0 +1,206 @@
+package broker
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseStompURL(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		url   string
+		check func(t *testing.T, c stompConfig)
+	}{
+		{"Defaults", "stomp://broker.example:61613", func(t *testing.T, c stompConfig) {
+			want := defaultStompConfig()
+			if c.addr != "broker.example:61613" || c.host != "broker.example" || c.tls != nil {
+				t.Errorf("addr %q host %q tls %v", c.addr, c.host, c.tls)
+			}
+			if c.dialect != dialectArtemis || c.senders != want.senders || c.heartbeat != want.heartbeat ||
+				c.prefetch != want.prefetch || c.receiptTimeout != want.receiptTimeout ||
+				c.maxReconnectDelay != want.maxReconnectDelay || c.managementAddress != "activemq.management" {
+				t.Errorf("defaults not applied: %+v", c)
+			}
+		}},
+		{"DefaultPort", "stomp://localhost", func(t *testing.T, c stompConfig) {
+			if c.addr != "localhost:61613" {
+				t.Errorf("addr = %q", c.addr)
+			}
+		}},
+		{"TLS", "stomp+ssl://mq.example", func(t *testing.T, c stompConfig) {
+			if c.addr != "mq.example:61614" || c.tls == nil || c.tls.ServerName != "mq.example" {
+				t.Errorf("addr %q tls %+v", c.addr, c.tls)
+			}
+		}},
+		{"IPv6", "stomp://[::1]:61623", func(t *testing.T, c stompConfig) {
+			if c.addr != "[::1]:61623" {
+				t.Errorf("addr = %q", c.addr)
+			}
+		}},
+		{"Credentials", "stomp://user:p%40ss@h:1", func(t *testing.T, c stompConfig) {
+			if c.login != "user" || c.passcode != "p@ss" {
+				t.Errorf("login %q passcode %q", c.login, c.passcode)
+			}
+			if strings.Contains(c.redacted, "p@ss") || strings.Contains(c.redacted, "p%40ss") {
+				t.Errorf("redacted URL %q contains the password", c.redacted)
+			}
+		}},
+		{"Options", "stomp://h:1/?dialect=ActiveMQ&senders=8&heartbeat=2s&prefetch=20&windowPerMessage=1024" +
+			"&connectTimeout=3s&receiptTimeout=5s&maxReconnectDelay=1s&managementAddress=mgmt", func(t *testing.T, c stompConfig) {
+			if c.dialect != dialectActiveMQ || c.senders != 8 || c.heartbeat != 2*time.Second || c.prefetch != 20 ||
+				c.windowPerMessage != 1024 || c.connectTimeout != 3*time.Second || c.receiptTimeout != 5*time.Second ||
+				c.maxReconnectDelay != time.Second || c.managementAddress != "mgmt" {
+				t.Errorf("options not applied: %+v", c)
+			}
+		}},
+		{"HeartbeatOff", "stomp://h:1?heartbeat=0s", func(t *testing.T, c stompConfig) {
+			if c.heartbeat != 0 {
+				t.Errorf("heartbeat = %s", c.heartbeat)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := parseStompURL(tc.url)
+			if err != nil {
+				t.Fatalf("parseStompURL(%q): %v", tc.url, err)
+			}
+			tc.check(t, c)
+		})
+	}
+}
+
+func TestParseStompURLErrors(t *testing.T) {
+	for _, tc := range []struct {
+		url     string
+		mention string // the error must name what is wrong
+	}{
+		{"amqp://h:5672", `unsupported scheme "amqp"`},
+		{"stomp://", "missing host"},
+		{"stomp:h:1", "missing host"},
+		{"stomp://h:1/vhost", `unexpected path "/vhost"`},
+		{"stomp://h:0", `invalid port "0"`},
+		{"stomp://h:99999", `invalid port "99999"`},
+		{"stomp://h:", "empty port"},
+		{"stomp://h:1#frag", "fragment"},
+		{"stomp://h:1?dialect=rabbit", `unknown dialect "rabbit"`},
+		{"stomp://h:1?senders=0", "option senders: 0 is outside [1, 64]"},
+		{"stomp://h:1?senders=four", `option senders: "four" is not an integer`},
+		{"stomp://h:1?heartbeat=10", `option heartbeat: "10" is not a duration`},
+		{"stomp://h:1?heartbeat=10ms", "below 100ms"},
+		{"stomp://h:1?prefetch=0", "option prefetch"},
+		{"stomp://h:1?receiptTimeout=1ms", "option receiptTimeout"},
+		{"stomp://h:1?maxReconnectDelay=1ms", "option maxReconnectDelay"},
+		{"stomp://h:1?managementAddress=", "option managementAddress: empty"},
+		{"stomp://h:1?sender=4", "option sender: unknown option"},
+		{"stomp://h:1?senders=1&senders=2", `option "senders" given 2 times`},
+		{"stomp://user:hunter2@h:1?bogus=1", "user:xxxxx@h:1"},
+		{"stomp://user:hunter2@h:1 x", "cannot parse"},
+	} {
+		t.Run(tc.url, func(t *testing.T) {
+			_, err := parseStompURL(tc.url)
+			if err == nil {
+				t.Fatalf("parseStompURL(%q) succeeded", tc.url)
+			}
+			if !strings.Contains(err.Error(), tc.mention) {
+				t.Errorf("error %q does not mention %q", err, tc.mention)
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("error %q leaks the password", err)
+			}
+		})
+	}
+}
+
+func TestOpenEmbedded(t *testing.T) {
+	for _, raw := range []string{"", "embedded", "embedded://", " embedded "} {
+		t.Run(raw, func(t *testing.T) {
+			var logged strings.Builder
+			b, err := Open(t.Context(), raw, slog.New(slog.NewTextHandler(&logged, nil)))
+			if err != nil {
+				t.Fatalf("Open(%q): %v", raw, err)
+			}
+			defer b.Close()
+			if _, ok := b.(*Embedded); !ok {
+				t.Errorf("Open(%q) = %T, want *Embedded", raw, b)
+			}
+			if !strings.Contains(logged.String(), "level=WARN") || !strings.Contains(logged.String(), "NOT durable") {
+				t.Errorf("no warning about durability; logged %q", logged.String())
+			}
+		})
+	}
+}
+
+func TestOpenUnreachableBrokerIsNotAnError(t *testing.T) {
+	// Port 1 on localhost refuses connections: the broker is "down", not misconfigured.
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	b, err := Open(ctx, "stomp://127.0.0.1:1?dialect=activemq&connectTimeout=500ms", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer b.Close()
+	if b.Connected() {
+		t.Error("Connected() = true without a broker")
+	}
+	sendCtx, cancelSend := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancelSend()
+	err = b.Send(sendCtx, Message{Destination: Destination{Address: "a", Queue: "q"}, Attempt: 1})
+	if err == nil || !strings.Contains(err.Error(), "context deadline exceeded") {
+		t.Errorf("Send without a broker: %v, want the context's deadline", err)
+	}
+}
+
+func TestRedact(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"stomp://user:secret@h:61613?dialect=artemis", "stomp://user:xxxxx@h:61613?dialect=artemis"},
+		{"stomp://user@h:61613", "stomp://user@h:61613"},
+		{"stomp://h:61613", "stomp://h:61613"},
+		{"embedded", "embedded"},
+		{"", ""},
+		// Unparseable URLs still lose their password.
+		{"stomp://user:sec ret@h:1/x", "stomp://user:xxxxx@h:1/x"},
+		{"stomp://user:secret@h:1 ?a=b", "stomp://user:xxxxx@h:1 ?a=b"},
+		{"garbage user:secret@host", "xxxxx"},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			if got := Redact(tc.in); got != tc.want {
+				t.Errorf("Redact(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestBackoff(t *testing.T) {
+	lo, hi := 100*time.Millisecond, 10*time.Second
+	for _, tc := range []struct {
+		attempt int
+		r       float64
+		want    time.Duration
+	}{
+		{0, 0, 50 * time.Millisecond},
+		{0, 0.999999, 100 * time.Millisecond},
+		{1, 0, 100 * time.Millisecond},
+		{3, 0.5, 600 * time.Millisecond}, // d = 800ms: 400ms + 0.5 × 400ms
+		{6, 0, 3200 * time.Millisecond},
+		{7, 0, 5 * time.Second}, // 12.8s capped at 10s
+		{40, 0, 5 * time.Second},
+		{1000, 0.5, 7500 * time.Millisecond},
+	} {
+		got := backoff(tc.attempt, lo, hi, tc.r)
+		if diff := got - tc.want; diff < -time.Microsecond || diff > time.Microsecond {
+			t.Errorf("backoff(%d, r=%v) = %s, want %s", tc.attempt, tc.r, got, tc.want)
+		}
+	}
+}
+
+func TestConsumerWindow(t *testing.T) {
+	c := defaultStompConfig()
+	for _, tc := range []struct{ prefetch, want int }{{1, 0}, {0, 0}, {2, 2 << 16}, {8, 8 << 16}} {
+		if got := c.consumerWindow(tc.prefetch); got != tc.want {
+			t.Errorf("consumerWindow(%d) = %d, want %d", tc.prefetch, got, tc.want)
+		}
+	}
+}

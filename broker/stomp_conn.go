@@ -1,0 +1,405 @@
+package broker
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/go-stomp/stomp/v3"
+	"github.com/go-stomp/stomp/v3/frame"
+)
+
+// disconnectWait bounds a graceful DISCONNECT; go-stomp's own receipt timeout is
+// set to twice as long so that ours always fires first (see conn.close).
+const disconnectWait = 2 * time.Second
+
+var errClosedLocally = errors.New("closed by this client")
+
+// watchedConn is the socket under a go-stomp connection. go-stomp has no "done"
+// signal: a read error, a write error, an ERROR frame and a missed heart-beat all
+// end in a failed read or write or in a Close of this socket, so dead closes on
+// the first of them and says why.
+type watchedConn struct {
+	net.Conn
+	once  sync.Once
+	dead  chan struct{}
+	cause error // set before dead is closed
+}
+
+func newWatchedConn(c net.Conn) *watchedConn {
+	return &watchedConn{Conn: c, dead: make(chan struct{})}
+}
+
+func (w *watchedConn) Read(p []byte) (int, error) {
+	n, err := w.Conn.Read(p)
+	if err != nil {
+		w.fail(fmt.Errorf("read: %w", err))
+	}
+	return n, err
+}
+
+func (w *watchedConn) Write(p []byte) (int, error) {
+	n, err := w.Conn.Write(p)
+	if err != nil {
+		w.fail(fmt.Errorf("write: %w", err))
+	}
+	return n, err
+}
+
+// Close is also what go-stomp calls after an ERROR frame or a heart-beat timeout.
+func (w *watchedConn) Close() error {
+	w.fail(errClosedLocally)
+	return w.Conn.Close()
+}
+
+// kill closes the socket recording why; it wakes every go-stomp call waiting on it.
+func (w *watchedConn) kill(cause error) {
+	w.fail(cause)
+	_ = w.Conn.Close()
+}
+
+func (w *watchedConn) fail(cause error) {
+	w.once.Do(func() {
+		w.cause = cause
+		close(w.dead)
+	})
+}
+
+func (w *watchedConn) isDead() bool {
+	select {
+	case <-w.dead:
+		return true
+	default:
+		return false
+	}
+}
+
+// deathCause is why the socket died; nil while it is alive.
+func (w *watchedConn) deathCause() error {
+	if !w.isDead() {
+		return nil
+	}
+	return w.cause
+}
+
+// conn is one STOMP connection.
+type conn struct {
+	sc      *stomp.Conn
+	sock    *watchedConn
+	name    string
+	started time.Time
+}
+
+// dial opens one STOMP connection, bounded by connectTimeout and ctx.
+func (b *stompBroker) dial(ctx context.Context, name string) (*conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.connectTimeout)
+	defer cancel()
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", b.cfg.addr)
+	if err != nil {
+		return nil, fmt.Errorf("broker: dial %s: %w", b.cfg.addr, err)
+	}
+	if b.cfg.tls != nil {
+		tc := tls.Client(nc, b.cfg.tls)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			_ = nc.Close()
+			return nil, fmt.Errorf("broker: TLS handshake with %s: %w", b.cfg.addr, err)
+		}
+		nc = tc
+	}
+	sock := newWatchedConn(nc)
+	// go-stomp only honours a deadline while waiting for CONNECTED; closing the
+	// socket is how a cancelled ctx interrupts it.
+	stop := context.AfterFunc(ctx, func() { sock.kill(context.Cause(ctx)) })
+	sc, err := stomp.ConnectWithContext(ctx, sock, b.connectOptions()...)
+	if !stop() {
+		if err == nil {
+			err = context.Cause(ctx)
+		}
+		_ = sock.Close()
+		return nil, fmt.Errorf("broker: connect to %s: %w", b.cfg.addr, err)
+	}
+	if err != nil {
+		_ = sock.Close()
+		return nil, fmt.Errorf("broker: connect to %s: %w", b.cfg.addr, err)
+	}
+	return &conn{sc: sc, sock: sock, name: name, started: time.Now()}, nil
+}
+
+func (b *stompBroker) connectOptions() []func(*stomp.Conn) error {
+	hb := b.cfg.heartbeat
+	opts := []func(*stomp.Conn) error{
+		stomp.ConnOpt.Host(b.cfg.host),
+		stomp.ConnOpt.AcceptVersion(stomp.V11, stomp.V12),
+		// Heart-beats both ways at hb. go-stomp then writes every hb - hb/2 and gives
+		// up after (hb + hb/2) × 2 = 3hb of silence: ActiveMQ Classic sends its first
+		// heart-beat only after 2hb (measured on 5.17), Artemis every hb.
+		stomp.ConnOpt.HeartBeat(hb, hb),
+		// Receipts are awaited without go-stomp's timer: after its timeout go-stomp
+		// leaves a channel behind that blocks its I/O loop when a late RECEIPT comes.
+		// conn.send runs its own timer and closes the socket instead.
+		stomp.ConnOpt.RcvReceiptTimeout(0),
+		stomp.ConnOpt.DisconnectReceiptTimeout(2 * disconnectWait),
+		stomp.ConnOpt.Logger(stompLogger{log: b.log}),
+	}
+	if hb > 0 {
+		opts = append(opts,
+			stomp.ConnOpt.HeartBeatError(hb/2),
+			stomp.ConnOpt.HeartBeatGracePeriodMultiplier(2))
+	}
+	if b.cfg.login != "" || b.cfg.passcode != "" {
+		opts = append(opts, stomp.ConnOpt.Login(b.cfg.login, b.cfg.passcode))
+	}
+	return opts
+}
+
+// isRefusal reports whether err is the broker answering a frame with ERROR (bad
+// login, rejected SEND) rather than a network failure. go-stomp builds ERROR
+// frames of its own for network failures; those carry nothing but a message
+// header, while a broker's carry a body, a receipt-id or a content-type.
+func isRefusal(err error) bool {
+	var se stomp.Error
+	if !errors.As(err, &se) || se.Frame == nil || se.Frame.Command != frame.ERROR {
+		return false
+	}
+	return len(se.Frame.Body) > 0 || se.Frame.Header.Len() > 1
+}
+
+// send writes one SEND frame and waits for the broker's receipt. When no receipt
+// comes within timeout the socket is closed: the connection is unusable anyway
+// and closing is the only way to unblock go-stomp.
+func (c *conn) send(dest, contentType string, body []byte, timeout time.Duration, opts ...func(*frame.Frame) error) error {
+	t := time.AfterFunc(timeout, func() {
+		c.sock.kill(fmt.Errorf("no receipt within %s", timeout))
+	})
+	err := c.sc.Send(dest, contentType, body, opts...)
+	t.Stop()
+	if err == nil {
+		return nil
+	}
+	if cause := c.sock.deathCause(); cause != nil && !errors.Is(cause, errClosedLocally) && !isRefusal(err) {
+		return fmt.Errorf("broker: send to %s on %s: %w (%v)", dest, c.name, err, cause)
+	}
+	return fmt.Errorf("broker: send to %s on %s: %w", dest, c.name, err)
+}
+
+// close disconnects gracefully: the RECEIPT of a DISCONNECT proves the broker has
+// processed every frame written before it, ACKs included. After disconnectWait
+// the socket is closed regardless, which also unblocks go-stomp's Disconnect.
+func (c *conn) close() {
+	if c.sock.isDead() {
+		_ = c.sock.Close()
+		return
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = c.sc.Disconnect()
+	}()
+	t := time.NewTimer(disconnectWait)
+	select {
+	case <-done:
+	case <-t.C:
+		c.sock.kill(fmt.Errorf("no DISCONNECT receipt within %s", disconnectWait))
+		<-done // bounded by go-stomp's DisconnectReceiptTimeout
+	}
+	t.Stop()
+	_ = c.sock.Close()
+}
+
+// closeDraining closes c while reading sub's channel: go-stomp's I/O loop blocks
+// on a subscription nobody reads, and then DISCONNECT cannot complete.
+func (c *conn) closeDraining(sub *stomp.Subscription) {
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for range sub.C {
+		}
+	}()
+	c.close()
+	// sub.C closes once go-stomp's loop has seen the socket go; bound the wait in
+	// case it does not, rather than hang Close.
+	t := time.NewTimer(disconnectWait)
+	defer t.Stop()
+	select {
+	case <-drained:
+	case <-t.C:
+	}
+}
+
+// link is a supervised sender connection: it redials after every loss until ctx
+// ends, and hands its current connection to senders.
+type link struct {
+	b    *stompBroker
+	name string
+
+	mu    sync.Mutex
+	cur   *conn
+	ready chan struct{} // closed while cur != nil
+}
+
+func newLink(b *stompBroker, name string) *link {
+	return &link{b: b, name: name, ready: make(chan struct{})}
+}
+
+func (l *link) set(c *conn) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case c != nil:
+		l.cur = c
+		close(l.ready)
+	case l.cur != nil:
+		l.cur = nil
+		l.ready = make(chan struct{})
+	}
+}
+
+func (l *link) connected() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cur != nil && !l.cur.sock.isDead()
+}
+
+// await returns the current connection, waiting for one while the link redials.
+func (l *link) await(ctx context.Context) (*conn, error) {
+	for {
+		l.mu.Lock()
+		c, ready := l.cur, l.ready
+		l.mu.Unlock()
+		if c != nil {
+			return c, nil
+		}
+		select {
+		case <-ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-l.b.ctx.Done():
+			return nil, ErrClosed
+		}
+	}
+}
+
+// run supervises the link until the broker closes; first may be nil.
+func (l *link) run(first *conn) {
+	ctx := l.b.ctx
+	c, flaps := first, 0
+	for {
+		if c == nil {
+			if c = l.b.redial(ctx, l.name, flaps); c == nil {
+				return
+			}
+		}
+		l.set(c)
+		select {
+		case <-c.sock.dead:
+			l.set(nil)
+			l.b.connectionLost(l.name, c, nil)
+			_ = c.sock.Close()
+			flaps = l.b.nextFlaps(c, flaps)
+			c = nil
+		case <-ctx.Done():
+			l.set(nil)
+			c.close()
+			return
+		}
+	}
+}
+
+// nextFlaps counts connections that died young, so a broker that accepts and
+// then drops connections at once is redialed with growing delays.
+func (b *stompBroker) nextFlaps(c *conn, flaps int) int {
+	if time.Since(c.started) < b.cfg.maxReconnectDelay {
+		return flaps + 1
+	}
+	return 0
+}
+
+// redial connects, retrying with backoff until ctx ends (then it returns nil).
+// flaps > 0 delays the first attempt as if that many attempts had failed.
+func (b *stompBroker) redial(ctx context.Context, name string, flaps int) *conn {
+	for attempt := flaps; ; attempt++ {
+		if attempt > 0 {
+			if !sleepCtx(ctx, backoff(attempt-1, b.cfg.minReconnectDelay, b.cfg.maxReconnectDelay, rand.Float64())) {
+				return nil
+			}
+		}
+		c, err := b.dial(ctx, name)
+		if err == nil {
+			if attempt > flaps {
+				b.log.Info("broker: reconnected", "conn", name, "attempts", attempt-flaps+1)
+			}
+			return c
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		// One warning per outage and connection; the retries are debug noise.
+		level := slog.LevelDebug
+		if attempt == flaps {
+			level = slog.LevelWarn
+		}
+		b.log.Log(ctx, level, "broker: cannot connect, retrying with backoff", "conn", name, "attempt", attempt-flaps+1, "err", err)
+	}
+}
+
+func (b *stompBroker) connectionLost(name string, c *conn, cause error) {
+	if cause == nil {
+		cause = c.sock.deathCause()
+	}
+	b.log.Warn("broker: connection lost, redialing", "conn", name, "err", cause)
+}
+
+// backoff is the delay before retry attempt+1: exponential from lo, capped at hi,
+// with jitter r ∈ [0,1) spreading it over [d/2, d) so that many connections lost
+// together do not redial in lockstep.
+//
+//	d = min(hi, lo·2^attempt);  delay = d/2 + r·d/2
+func backoff(attempt int, lo, hi time.Duration, r float64) time.Duration {
+	d := hi
+	if attempt < 32 {
+		if e := lo << attempt; e > 0 && e < hi {
+			d = e
+		}
+	}
+	return d/2 + time.Duration(r*float64(d/2))
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// stompLogger routes go-stomp's log lines to slog. Its Info lines describe events
+// this package reports itself (subscription errors, lost connections), so they
+// go to Debug.
+type stompLogger struct{ log *slog.Logger }
+
+func (l stompLogger) Debugf(format string, v ...any) {
+	l.log.Debug("go-stomp: " + fmt.Sprintf(format, v...))
+}
+func (l stompLogger) Infof(format string, v ...any) {
+	l.log.Debug("go-stomp: " + fmt.Sprintf(format, v...))
+}
+func (l stompLogger) Warningf(format string, v ...any) {
+	l.log.Warn("go-stomp: " + fmt.Sprintf(format, v...))
+}
+func (l stompLogger) Errorf(format string, v ...any) {
+	l.log.Warn("go-stomp: " + fmt.Sprintf(format, v...))
+}
+func (l stompLogger) Debug(msg string)   { l.log.Debug("go-stomp: " + msg) }
+func (l stompLogger) Info(msg string)    { l.log.Debug("go-stomp: " + msg) }
+func (l stompLogger) Warning(msg string) { l.log.Warn("go-stomp: " + msg) }
+func (l stompLogger) Error(msg string)   { l.log.Warn("go-stomp: " + msg) }

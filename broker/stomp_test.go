@@ -1,0 +1,268 @@
+package broker_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-stomp/stomp/v3/frame"
+
+	"github.com/roomhub/messaging-api/broker"
+)
+
+// Behaviour of the STOMP implementation that does not depend on the dialect,
+// checked against the fake server of fakestomp_test.go.
+
+func TestActiveMQFrames(t *testing.T) {
+	fs := newFakeStomp(t)
+	b := openFake(t, fs, "dialect=activemq&prefetch=3")
+	dest := broker.Destination{Address: "room-1", Queue: "subscription-2"}
+	ctx := testCtx(t)
+
+	if err := b.EnsureQueue(ctx, dest); err != nil {
+		t.Fatalf("EnsureQueue: %v", err)
+	}
+	if _, err := b.Subscribe(ctx, dest, broker.SubscribeOptions{}); err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	sub, _ := fs.waitFrame(0, 5*time.Second, isCommand(frame.SUBSCRIBE))
+	checkHeaders(t, "SUBSCRIBE", sub.frame, map[string]string{
+		"destination":           "/queue/room-1::subscription-2",
+		"ack":                   "client-individual",
+		"activemq.prefetchSize": "3",
+	}, "receipt", "subscription-type", "consumer-window-size")
+
+	// Classic re-bases the expiry of a scheduled message on its firing time, so
+	// the expires sent is earlier by the delay; x-expires keeps the real one.
+	expires := time.Now().Add(time.Hour).Truncate(time.Millisecond)
+	from := len(fs.recorded())
+	if err := b.Send(ctx, broker.Message{Destination: dest, Body: []byte("x"), Attempt: 1,
+		Delay: 2 * time.Second, Expires: expires}); err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	send, _ := fs.waitFrame(from, 5*time.Second, isCommand(frame.SEND))
+	checkHeaders(t, "SEND", send.frame, map[string]string{
+		"destination":         "/queue/room-1::subscription-2",
+		"persistent":          "true",
+		"AMQ_SCHEDULED_DELAY": "2000",
+		"expires":             itoa(expires.UnixMilli() - 2000),
+		"x-expires":           itoa(expires.UnixMilli()),
+	}, "destination-type")
+
+	// One that would expire before it is due is not sent at all.
+	from = len(fs.recorded())
+	if err := b.Send(ctx, broker.Message{Destination: dest, Body: []byte("doomed"), Attempt: 1,
+		Delay: 2 * time.Second, Expires: time.Now().Add(time.Second)}); err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	if err := b.Send(ctx, broker.Message{Destination: dest, Body: []byte("marker"), Attempt: 1}); err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	next, _ := fs.waitFrame(from, 5*time.Second, isCommand(frame.SEND))
+	if string(next.frame.Body) != "marker" {
+		t.Errorf("sent %q, a message that expires before its delay ends", next.frame.Body)
+	}
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// TestStompSendDuringOutage: Send waits while the broker is away and succeeds once
+// it is back; with a shorter context it fails with the context's error.
+func TestStompSendDuringOutage(t *testing.T) {
+	fs := newFakeStomp(t)
+	b := openFake(t, fs, "dialect=artemis&maxReconnectDelay=200ms")
+	dest := broker.Destination{Address: "room-1", Queue: "subscription-2"}
+	msg := broker.Message{Destination: dest, Body: []byte("x"), Attempt: 1}
+
+	fs.pause()
+	waitFor(t, "Connected() = false", func() bool { return !b.Connected() })
+
+	short, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	if err := b.Send(short, msg); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Send during an outage with a short context: %v, want DeadlineExceeded", err)
+	}
+
+	done := make(chan error, 1)
+	go func() { done <- b.Send(testCtx(t), msg) }()
+	time.Sleep(300 * time.Millisecond)
+	select {
+	case err := <-done:
+		t.Fatalf("Send returned during the outage: %v", err)
+	default:
+	}
+	fs.resume()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Send after the broker came back: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Send did not return after the broker came back")
+	}
+	waitFor(t, "Connected() = true", b.Connected)
+}
+
+// TestStompReceiptTimeout: a broker that never confirms a SEND gets its
+// connection closed after receiptTimeout; the send is retried on a new one.
+func TestStompReceiptTimeout(t *testing.T) {
+	fs := newFakeStomp(t)
+	swallowed := 0
+	fs.onSend = func(fc *fakeConn, f *frame.Frame) bool {
+		fs.mu.Lock()
+		defer fs.mu.Unlock()
+		if swallowed == 0 {
+			swallowed++
+			return true // no RECEIPT
+		}
+		return false
+	}
+	b := openFake(t, fs, "dialect=artemis&senders=1&receiptTimeout=300ms&maxReconnectDelay=200ms")
+	start := time.Now()
+	err := b.Send(testCtx(t), broker.Message{Destination: broker.Destination{Address: "a", Queue: "q"}, Body: []byte("x"), Attempt: 1})
+	if err != nil {
+		t.Fatalf("Send: %v", err)
+	}
+	var sends []int
+	for _, r := range fs.recorded() {
+		if r.frame.Command == frame.SEND {
+			sends = append(sends, r.conn)
+		}
+	}
+	if len(sends) != 2 || sends[0] == sends[1] {
+		t.Errorf("SEND frames on connections %v, want one on each of two connections", sends)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Errorf("Send returned after %s, before the receipt timeout", d)
+	}
+}
+
+// TestStompRefusal: an ERROR frame answering a SEND is returned at once, not
+// retried until the context ends.
+func TestStompRefusal(t *testing.T) {
+	fs := newFakeStomp(t)
+	fs.onSend = func(fc *fakeConn, f *frame.Frame) bool {
+		e := frame.New(frame.ERROR, frame.Message, "AMQ229032: not allowed", frame.ReceiptId, f.Header.Get(frame.Receipt))
+		e.Body = []byte("details")
+		fs.write(fc, e)
+		_ = fc.nc.Close()
+		return true
+	}
+	b := openFake(t, fs, "dialect=artemis")
+	start := time.Now()
+	err := b.Send(testCtx(t), broker.Message{Destination: broker.Destination{Address: "a", Queue: "q"}, Body: []byte("x"), Attempt: 1})
+	if err == nil || !strings.Contains(err.Error(), "AMQ229032") {
+		t.Fatalf("Send: %v, want the broker's refusal", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("refusal took %s: it was retried", d)
+	}
+}
+
+func TestOpenRefusedLogin(t *testing.T) {
+	fs := newFakeStomp(t)
+	fs.onConnect = func(*frame.Frame) *frame.Frame {
+		e := frame.New(frame.ERROR, frame.Message, "Security Error occurred: User name [roomhub] or password is invalid.")
+		e.Body = []byte("AMQ229031")
+		return e
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	b, err := broker.Open(ctx, "stomp://roomhub:s3cret@"+fs.addr, slog.New(slog.DiscardHandler))
+	if err == nil {
+		_ = b.Close()
+		t.Fatal("Open succeeded with a refused login")
+	}
+	if strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("error %q leaks the password", err)
+	}
+}
+
+// TestStompCloseLeavesNoGoroutines opens, uses and closes a broker, with its
+// connections up or while they redial, and checks that Close waited for every
+// goroutine of the package and that go-stomp's end soon after.
+func TestStompCloseLeavesNoGoroutines(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		drop bool
+	}{
+		{"Connected", false},
+		{"Redialing", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := newFakeStomp(t)
+			before := runtime.NumGoroutine()
+			b := openFake(t, fs, "dialect=artemis&maxReconnectDelay=200ms")
+			ctx := testCtx(t)
+			dest := broker.Destination{Address: "room-1", Queue: "subscription-2"}
+			sub, err := b.Subscribe(ctx, dest, broker.SubscribeOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			fs.waitFrame(0, 5*time.Second, isCommand(frame.SUBSCRIBE))
+			fs.deliver("room-1::subscription-2", nil, []byte("unread")) // left in the subscription
+			if err := b.Send(ctx, broker.Message{Destination: dest, Body: []byte("x"), Attempt: 1}); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.EnsureQueue(ctx, dest); err != nil {
+				t.Fatal(err)
+			}
+			if tc.drop {
+				fs.dropConnections()
+				time.Sleep(50 * time.Millisecond)
+			}
+			if err := b.Close(); err != nil {
+				t.Fatal(err)
+			}
+			// go-stomp's readers, blocked in watchedConn.Read on sockets Close has
+			// closed, end by themselves; anything else of the package must be gone.
+			for _, g := range goroutines() {
+				if strings.Contains(g, "messaging-api/broker.") && !strings.Contains(g, "watchedConn") {
+					t.Errorf("goroutine of the broker still running after Close:\n%s", g)
+				}
+			}
+			for range sub.C() { // the unread message may still come, then the channel closes
+			}
+			fs.stop()
+			waitFor(t, "goroutines back to the count before Open", func() bool {
+				return runtime.NumGoroutine() <= before
+			})
+		})
+	}
+}
+
+// TestStompSlowReader: a subscription nobody reads must not stall its connection:
+// go-stomp stops reading the socket (heart-beats and receipts included) while
+// its 16-message channel is full, so the subscription drains it at once.
+func TestStompSlowReader(t *testing.T) {
+	fs := newFakeStomp(t)
+	b := openFake(t, fs, "dialect=artemis")
+	ctx := testCtx(t)
+	dest := broker.Destination{Address: "room-1", Queue: "subscription-2"}
+	sub, err := b.Subscribe(ctx, dest, broker.SubscribeOptions{Prefetch: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.waitFrame(0, 5*time.Second, isCommand(frame.SUBSCRIBE))
+	for i := range 100 { // far more than go-stomp buffers, and a broker would send
+		fs.deliver("room-1::subscription-2", []string{"x-n", strconv.Itoa(i)}, []byte("m"))
+	}
+	time.Sleep(200 * time.Millisecond) // let the frames pile up unread
+	d := receiveFake(t, sub)
+	from := len(fs.recorded())
+	if err := d.Ack(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fs.waitFrame(from, 5*time.Second, isCommand(frame.ACK)) // written: the connection is not stalled
+	for i := 1; i < 100; i++ {
+		d := receiveFake(t, sub)
+		if got := d.Headers["x-n"]; got != strconv.Itoa(i) {
+			t.Fatalf("delivery %d has x-n %s: order lost", i, got)
+		}
+	}
+}
