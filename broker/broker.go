@@ -25,6 +25,10 @@ const (
 // ErrClosed is returned by operations on a closed broker or subscription.
 var ErrClosed = errors.New("broker: closed")
 
+// ErrExpired is returned by Send for a message that would expire before its
+// delay ends: it was not sent, and can never be delivered.
+var ErrExpired = errors.New("broker: message expires before it is due")
+
 // ErrStaleDelivery is returned by Ack when the connection the message arrived on
 // is gone; the broker redelivers the message, so the caller must not treat it as
 // lost or as acknowledged.

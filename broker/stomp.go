@@ -117,10 +117,9 @@ func (b *stompBroker) Send(ctx context.Context, msg Message) error {
 	if b.cfg.dialect == dialectActiveMQ && msg.Delay > 0 && !msg.Expires.IsZero() &&
 		!msg.Expires.After(time.Now().Add(msg.Delay)) {
 		// It would expire before it is due. A broker accepts and drops such a
-		// message; Classic cannot be told (see sendHeaders), so it is not sent.
-		b.log.DebugContext(ctx, "broker: message expires before its delay ends; dropped",
-			"destination", msg.Destination.FQQN(), "correlation_id", msg.CorrelationID)
-		return nil
+		// message; Classic cannot be told (see sendHeaders), so it is not sent
+		// and the caller hears why, to record it as expired.
+		return ErrExpired
 	}
 	dest := b.cfg.destination(msg.Destination)
 	opts := []func(*frame.Frame) error{stomp.SendOpt.Receipt, b.sendHeaders(msg)}

@@ -54,11 +54,12 @@ func TestActiveMQFrames(t *testing.T) {
 		"x-expires":           itoa(expires.UnixMilli()),
 	}, "destination-type")
 
-	// One that would expire before it is due is not sent at all.
+	// One that would expire before it is due is not sent at all, and the
+	// caller is told so.
 	from = len(fs.recorded())
 	if err := b.Send(ctx, broker.Message{Destination: dest, Body: []byte("doomed"), Attempt: 1,
-		Delay: 2 * time.Second, Expires: time.Now().Add(time.Second)}); err != nil {
-		t.Fatalf("Send: %v", err)
+		Delay: 2 * time.Second, Expires: time.Now().Add(time.Second)}); !errors.Is(err, broker.ErrExpired) {
+		t.Fatalf("Send of a message expiring before it is due: %v, want ErrExpired", err)
 	}
 	if err := b.Send(ctx, broker.Message{Destination: dest, Body: []byte("marker"), Attempt: 1}); err != nil {
 		t.Fatalf("Send: %v", err)

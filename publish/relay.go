@@ -2,6 +2,7 @@ package publish
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -155,6 +156,10 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 			cancel()
 			mu.Lock()
 			defer mu.Unlock()
+			if errors.Is(err, broker.ErrExpired) {
+				expired = append(expired, p.ID)
+				return
+			}
 			if err != nil {
 				failed = append(failed, p.ID)
 				if firstErr == nil {
