@@ -31,6 +31,19 @@ func Decode(c echo.Context, v any) error {
 	return DecodeBytes(body, v)
 }
 
+// DecodeOptional is Decode for a body that may be left out: an empty body
+// leaves v as it is.
+func DecodeOptional(c echo.Context, v any) error {
+	body, err := io.ReadAll(c.Request().Body)
+	if err != nil {
+		return Decode(c, v) // reports the read error as Decode does
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	return DecodeBytes(body, v)
+}
+
 // DecodeBytes is Decode for a body already read.
 func DecodeBytes(body []byte, v any) error {
 	if len(bytes.TrimSpace(body)) == 0 {

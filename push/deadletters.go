@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -66,6 +67,9 @@ func (s *DeadLetters) Replay(ctx context.Context, room rooms.Room, sub subscript
 	if sub.Status == subscriptions.StatusTerminated {
 		return nil, subscriptions.ErrTerminated
 	}
+	if room.Status == rooms.StatusTerminated {
+		return nil, publish.ErrRoomTerminated
+	}
 	now := s.now()
 	requestID := uuid.Must(uuid.NewV7())
 	dest := s.pushQueue
@@ -103,7 +107,9 @@ func (s *DeadLetters) Routes(g *echo.Group) {
 	g.GET(base+"/dead-letters", s.list)
 	g.POST(base+"/dead-letters\\:replay", s.replayBulk)
 	g.GET(base+"/dead-letters/:deadLetterId", s.get)
-	g.POST(base+"/dead-letters/:deadLetterId\\:replay", s.replayOne)
+	// echo cannot end a segment with a literal after a parameter, so
+	// "{id}:replay" arrives as the whole segment and replayOne cuts it.
+	g.POST(base+"/dead-letters/:deadLetterId", s.replayOne)
 	g.DELETE(base+"/dead-letters/:deadLetterId", s.delete)
 	g.GET(base+"/deliveries", s.deliveries)
 }
@@ -175,12 +181,12 @@ func (s *DeadLetters) list(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-func (s *DeadLetters) one(c echo.Context) (rooms.Room, subscriptions.Subscription, DeadLetter, error) {
+func (s *DeadLetters) one(c echo.Context, rawID string) (rooms.Room, subscriptions.Subscription, DeadLetter, error) {
 	room, sub, err := s.subscription(c)
 	if err != nil {
 		return room, sub, DeadLetter{}, err
 	}
-	id, err := uuid.Parse(c.Param("deadLetterId"))
+	id, err := uuid.Parse(rawID)
 	if err != nil {
 		return room, sub, DeadLetter{}, ErrDeadLetterNotFound
 	}
@@ -189,7 +195,7 @@ func (s *DeadLetters) one(c echo.Context) (rooms.Room, subscriptions.Subscriptio
 }
 
 func (s *DeadLetters) get(c echo.Context) error {
-	_, _, dl, err := s.one(c)
+	_, _, dl, err := s.one(c, c.Param("deadLetterId"))
 	if err != nil {
 		return err
 	}
@@ -230,7 +236,11 @@ func replayed(dls []DeadLetter, evs []publish.Event) replayResponse {
 }
 
 func (s *DeadLetters) replayOne(c echo.Context) error {
-	room, sub, dl, err := s.one(c)
+	raw, ok := strings.CutSuffix(c.Param("deadLetterId"), ":replay")
+	if !ok {
+		return echo.ErrMethodNotAllowed
+	}
+	room, sub, dl, err := s.one(c, raw)
 	if err != nil {
 		return err
 	}
@@ -248,10 +258,8 @@ type replayRequest struct {
 
 func (s *DeadLetters) replayBulk(c echo.Context) error {
 	var req replayRequest
-	if c.Request().ContentLength != 0 {
-		if err := api.Decode(c, &req); err != nil {
-			return err
-		}
+	if err := api.DecodeOptional(c, &req); err != nil {
+		return err
 	}
 	if len(req.IDs) > MaxReplay {
 		return api.Invalid("ids", fmt.Sprintf("must list at most %d ids", MaxReplay))
@@ -268,12 +276,18 @@ func (s *DeadLetters) replayBulk(c echo.Context) error {
 		}
 	}
 	var probs api.Problems
+	seen := map[uuid.UUID]bool{}
 	for i, raw := range req.IDs {
 		id, err := uuid.Parse(raw)
 		if err != nil {
 			probs.Add(fmt.Sprintf("ids[%d]", i), "is not a dead letter id")
 			continue
 		}
+		if seen[id] {
+			probs.Add(fmt.Sprintf("ids[%d]", i), "is listed twice")
+			continue
+		}
+		seen[id] = true
 		dl, err := s.store.DeadLetter(ctx, sub.ID, id)
 		if err != nil {
 			if api.IsNotFound(err) {

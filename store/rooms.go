@@ -151,6 +151,7 @@ func (s *Rooms) DeleteRoom(ctx context.Context, id uuid.UUID, force bool) ([]uui
 		etIDs := tx.Model(&eventTypeRow{}).Select("id").Where("room_id = ?", id)
 		steps := []*gorm.DB{
 			tx.Where("subscription_id IN (?)", subIDs).Delete(&filterRow{}),
+			tx.Where("room_id = ?", id).Delete(&deadLetterRow{}),
 			tx.Where("room_id = ?", id).Delete(&subscriptionRow{}),
 			tx.Where("event_type_id IN (?)", etIDs).Delete(&versionRow{}),
 			tx.Where("room_id = ?", id).Delete(&eventTypeRow{}),

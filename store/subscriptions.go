@@ -199,7 +199,7 @@ func (s *Subscriptions) UpdateSubscription(ctx context.Context, sub subscription
 		}
 		row := toSubscriptionRow(sub)
 		res := tx.Model(&subscriptionRow{}).Where("room_id = ? AND id = ?", sub.RoomID, sub.ID).
-			Select("*").Omit("id", "room_id", "type", "created_at").Updates(&row)
+			Select("*").Omit("id", "room_id", "type", "created_at", "signing_secret", "previous_signing_secret", "previous_secret_expires_at").Updates(&row)
 		if res.Error != nil {
 			return res.Error
 		}
@@ -214,10 +214,26 @@ func (s *Subscriptions) UpdateSubscription(ctx context.Context, sub subscription
 	return translate(err, subscriptions.ErrNotFound, nil)
 }
 
+// UpdateSecrets implements subscriptions.Store.
+func (s *Subscriptions) UpdateSecrets(ctx context.Context, sub subscriptions.Subscription) error {
+	res := s.tx(ctx).Model(&subscriptionRow{}).Where("room_id = ? AND id = ?", sub.RoomID, sub.ID).
+		Updates(map[string]any{
+			"signing_secret": sub.SigningSecret, "previous_signing_secret": sub.PreviousSecret,
+			"previous_secret_expires_at": timePtr(sub.PreviousSecretExpiresAt), "updated_at": sub.UpdatedAt,
+		})
+	if res.Error == nil && res.RowsAffected == 0 {
+		return subscriptions.ErrNotFound
+	}
+	return translate(res.Error, nil, nil)
+}
+
 // DeleteSubscription implements subscriptions.Store.
 func (s *Subscriptions) DeleteSubscription(ctx context.Context, roomID, id uuid.UUID) error {
 	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Where("subscription_id = ?", id).Delete(&filterRow{}).Error; err != nil {
+			return err
+		}
+		if err := tx.Where("subscription_id = ?", id).Delete(&deadLetterRow{}).Error; err != nil {
 			return err
 		}
 		res := tx.Where("room_id = ? AND id = ?", roomID, id).Delete(&subscriptionRow{})

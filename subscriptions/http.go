@@ -154,17 +154,15 @@ type rotateRequest struct {
 
 func (h handlers) rotate(c echo.Context) error {
 	var req rotateRequest
-	if c.Request().ContentLength != 0 {
-		if err := api.Decode(c, &req); err != nil {
-			return err
-		}
+	if err := api.DecodeOptional(c, &req); err != nil {
+		return err
 	}
 	grace := DefaultRotationGrace
 	if req.GracePeriod != nil {
-		grace = time.Duration(*req.GracePeriod) * time.Millisecond
-		if grace < 0 || grace > MaxRotationGrace {
+		if ms := *req.GracePeriod; ms < 0 || ms > MaxRotationGrace.Milliseconds() {
 			return api.Invalid("gracePeriod", fmt.Sprintf("must be from 0 to %d ms", MaxRotationGrace.Milliseconds()))
 		}
+		grace = time.Duration(*req.GracePeriod) * time.Millisecond
 	}
 	s, err := h.s.RotateSecret(c.Request().Context(), c.Param("roomId"), c.Param("subscriptionId"), grace)
 	if err != nil {

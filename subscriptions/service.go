@@ -367,7 +367,7 @@ func (svc *Service) RotateSecret(ctx context.Context, roomRef, id string, grace 
 	s.PreviousSecret, s.PreviousSecretExpiresAt = s.SigningSecret, now.Add(grace)
 	s.SigningSecret = NewSecret()
 	s.UpdatedAt = now
-	if err := svc.store.UpdateSubscription(ctx, s); err != nil {
+	if err := svc.store.UpdateSecrets(ctx, s); err != nil {
 		return Subscription{}, err
 	}
 	return s, nil

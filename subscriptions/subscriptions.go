@@ -118,8 +118,12 @@ type Store interface {
 	CreateSubscription(ctx context.Context, s Subscription) error
 	Subscription(ctx context.Context, roomID, id uuid.UUID) (Subscription, error)
 	Subscriptions(ctx context.Context, q Query) ([]Subscription, error)
-	// UpdateSubscription saves s, replacing its filters.
+	// UpdateSubscription saves s, replacing its filters; it leaves the
+	// signing secrets alone (see UpdateSecrets), so that a PATCH racing a
+	// rotation cannot bring an old secret back.
 	UpdateSubscription(ctx context.Context, s Subscription) error
+	// UpdateSecrets saves s's signing secrets.
+	UpdateSecrets(ctx context.Context, s Subscription) error
 	DeleteSubscription(ctx context.Context, roomID, id uuid.UUID) error
 }
 
