@@ -6,9 +6,11 @@ package store
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -164,7 +166,9 @@ func unavailable(err error) bool {
 	var connErr *pgconn.ConnectError
 	var pgErr *pgconn.PgError
 	switch {
-	case errors.As(err, &connErr), errors.As(err, &netErr), errors.Is(err, driver.ErrBadConn):
+	case errors.As(err, &connErr), errors.As(err, &netErr), errors.Is(err, driver.ErrBadConn),
+		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF), errors.Is(err, sql.ErrConnDone):
+		// EOF: the server (or the network) closed the connection mid-query.
 		return true
 	case errors.As(err, &pgErr):
 		// Class 08: connection exception; 57P0x: the server is shutting down.

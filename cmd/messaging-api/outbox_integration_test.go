@@ -307,3 +307,45 @@ func TestPublishSurvivesKill(t *testing.T) {
 		}
 	}
 }
+
+// TestDatabaseDownAnswers503: while PostgreSQL is unreachable a publish is
+// refused with 503 (nothing accepted that could be lost), and /readyz says
+// why; once it is back, publishing works again.
+func TestDatabaseDownAnswers503(t *testing.T) {
+	pgURL, err := url.Parse(storetest.PostgresSchemaURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := newTCPProxy(t, pgURL.Host)
+	pgURL.Host = proxy.addr
+	base := startService(t, map[string]string{"DATABASE_URL": pgURL.String()})
+	c := client{t: t, base: base}
+	c.call("POST", "/v1/rooms", `{"identifier":"db-down","managerIdentifier":"m"}`, 201)
+	c.call("POST", "/v1/rooms/db-down/event-types", `{"identifier":"tick"}`, 201)
+	c.call("POST", "/v1/rooms/db-down/event-types/tick/versions", `{"schema":true}`, 201)
+
+	proxy.down()
+	r := c.call("POST", "/v1/rooms/db-down/messages", `{"eventType":"tick","payload":1}`, 503)
+	if r["status"] != 503.0 {
+		t.Errorf("not a problem document: %v", r)
+	}
+	ready := c.call("GET", "/readyz", "", 503)
+	if ready["checks"].(map[string]any)["database"] != "unreachable" {
+		t.Errorf("readyz: %v", ready)
+	}
+	proxy.up()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Post(base+"/v1/rooms/db-down/messages", "application/json", strings.NewReader(`{"eventType":"tick","payload":1}`))
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusAccepted {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("publishing did not recover after the database came back (last: %v)", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

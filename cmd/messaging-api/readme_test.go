@@ -30,7 +30,7 @@ func startService(t *testing.T, env map[string]string) string {
 		"HTTP_ADDR":    addr,
 		"DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "readme.db"),
 		"BROKER_URL":   "embedded",
-		"LOG_LEVEL":    "warn",
+		"LOG_LEVEL":    "error",
 	}
 	for k, v := range env {
 		full[k] = v
@@ -41,6 +41,9 @@ func startService(t *testing.T, env map[string]string) string {
 	go func() { done <- run(ctx, nil, func(k string) string { return full[k] }, &logs) }()
 	t.Cleanup(func() {
 		cancel()
+		if t.Failed() {
+			t.Logf("service logs:\n%s", logs.String())
+		}
 		select {
 		case err := <-done:
 			if err != nil {
