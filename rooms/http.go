@@ -36,13 +36,16 @@ type handlers struct{ s *Service }
 
 // roomRequest is the body of POST and PATCH /rooms (a JSON merge patch).
 type roomRequest struct {
-	Identifier              api.Nullable[string]  `json:"identifier"`
-	ManagerIdentifier       api.Nullable[string]  `json:"managerIdentifier"`
-	MessageExpiration       api.Nullable[int64]   `json:"messageExpiration"`
-	DeliveryDelay           api.Nullable[int64]   `json:"deliveryDelay"`
-	DeliveryDelayMultiplier api.Nullable[float64] `json:"deliveryDelayMultiplier"`
-	DeliveryAttempts        api.Nullable[int]     `json:"deliveryAttempts"`
-	Status                  api.Nullable[Status]  `json:"status"`
+	Identifier              api.Nullable[string]      `json:"identifier"`
+	ManagerIdentifier       api.Nullable[string]      `json:"managerIdentifier"`
+	MessageExpiration       api.Nullable[int64]       `json:"messageExpiration"`
+	DeliveryDelay           api.Nullable[int64]       `json:"deliveryDelay"`
+	DeliveryDelayMultiplier api.Nullable[float64]     `json:"deliveryDelayMultiplier"`
+	DeliveryAttempts        api.Nullable[int]         `json:"deliveryAttempts"`
+	MaxDeliveryDelay        api.Nullable[int64]       `json:"maxDeliveryDelay"`
+	DeliveryJitter          api.Nullable[float64]     `json:"deliveryJitter"`
+	RetryPolicy             api.Nullable[RetryPolicy] `json:"retryPolicy"`
+	Status                  api.Nullable[Status]      `json:"status"`
 }
 
 func (r roomRequest) patch() RoomPatch {
@@ -50,17 +53,20 @@ func (r roomRequest) patch() RoomPatch {
 }
 
 type roomResponse struct {
-	ID                      string    `json:"id"`
-	Identifier              string    `json:"identifier"`
-	ManagerIdentifier       string    `json:"managerIdentifier"`
-	MessageExpiration       *int64    `json:"messageExpiration"`
-	DeliveryDelay           int64     `json:"deliveryDelay"`
-	DeliveryDelayMultiplier float64   `json:"deliveryDelayMultiplier"`
-	DeliveryAttempts        int       `json:"deliveryAttempts"`
-	Status                  Status    `json:"status"`
-	Address                 string    `json:"address"`
-	CreatedAt               time.Time `json:"createdAt"`
-	UpdatedAt               time.Time `json:"updatedAt"`
+	ID                      string       `json:"id"`
+	Identifier              string       `json:"identifier"`
+	ManagerIdentifier       string       `json:"managerIdentifier"`
+	MessageExpiration       *int64       `json:"messageExpiration"`
+	DeliveryDelay           int64        `json:"deliveryDelay"`
+	DeliveryDelayMultiplier float64      `json:"deliveryDelayMultiplier"`
+	DeliveryAttempts        int          `json:"deliveryAttempts"`
+	MaxDeliveryDelay        *int64       `json:"maxDeliveryDelay"`
+	DeliveryJitter          float64      `json:"deliveryJitter"`
+	RetryPolicy             *RetryPolicy `json:"retryPolicy"`
+	Status                  Status       `json:"status"`
+	Address                 string       `json:"address"`
+	CreatedAt               time.Time    `json:"createdAt"`
+	UpdatedAt               time.Time    `json:"updatedAt"`
 }
 
 func toRoomResponse(r Room) roomResponse {
@@ -68,6 +74,11 @@ func toRoomResponse(r Room) roomResponse {
 	if r.MessageExpiration > 0 {
 		v := r.MessageExpiration
 		exp = &v
+	}
+	var maxDelay *int64
+	if r.MaxDeliveryDelay > 0 {
+		v := r.MaxDeliveryDelay
+		maxDelay = &v
 	}
 	return roomResponse{
 		ID:                      r.ID.String(),
@@ -77,6 +88,9 @@ func toRoomResponse(r Room) roomResponse {
 		DeliveryDelay:           r.DeliveryDelay,
 		DeliveryDelayMultiplier: r.DeliveryDelayMultiplier,
 		DeliveryAttempts:        r.DeliveryAttempts,
+		MaxDeliveryDelay:        maxDelay,
+		DeliveryJitter:          r.DeliveryJitter,
+		RetryPolicy:             r.RetryPolicy,
 		Status:                  r.Status,
 		Address:                 r.Address(),
 		CreatedAt:               r.CreatedAt,

@@ -49,9 +49,16 @@ type Room struct {
 	DeliveryDelay           int64
 	DeliveryDelayMultiplier float64
 	DeliveryAttempts        int
-	Status                  Status
-	CreatedAt               time.Time
-	UpdatedAt               time.Time
+	// MaxDeliveryDelay caps each retry delay (ms; 0: the default cap), and
+	// DeliveryJitter spreads it by ±jitter (KIP-580).
+	MaxDeliveryDelay int64
+	DeliveryJitter   float64
+	// RetryPolicy, when set, replaces the exponential backoff retry with the
+	// four-phase policy.
+	RetryPolicy *RetryPolicy
+	Status      Status
+	CreatedAt   time.Time
+	UpdatedAt   time.Time
 }
 
 // Address is the room's broker address.

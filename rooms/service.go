@@ -69,6 +69,9 @@ type RoomPatch struct {
 	DeliveryDelay           api.Nullable[int64]
 	DeliveryDelayMultiplier api.Nullable[float64]
 	DeliveryAttempts        api.Nullable[int]
+	MaxDeliveryDelay        api.Nullable[int64]
+	DeliveryJitter          api.Nullable[float64]
+	RetryPolicy             api.Nullable[RetryPolicy]
 	Status                  api.Nullable[Status]
 }
 
@@ -127,6 +130,27 @@ func (p RoomPatch) apply(r *Room, creating bool) error {
 		}
 		r.DeliveryAttempts = p.DeliveryAttempts.Value
 	}
+	if p.MaxDeliveryDelay.Set {
+		r.MaxDeliveryDelay = 0 // null: the default cap
+		if v := p.MaxDeliveryDelay.Ptr(); v != nil {
+			if *v < 1 || *v > MaxDeliveryDelay {
+				probs.Add("maxDeliveryDelay", fmt.Sprintf("must be null (the default cap, 7 days) or from 1 to %d ms", MaxDeliveryDelay))
+			}
+			r.MaxDeliveryDelay = *v
+		}
+	}
+	if p.DeliveryJitter.Set && notNull("deliveryJitter", p.DeliveryJitter.Null) {
+		if v := p.DeliveryJitter.Value; math.IsNaN(v) || v < 0 || v > 1 {
+			probs.Add("deliveryJitter", "must be from 0 to 1")
+		}
+		r.DeliveryJitter = p.DeliveryJitter.Value
+	}
+	if p.RetryPolicy.Set {
+		r.RetryPolicy = p.RetryPolicy.Ptr()
+		if r.RetryPolicy != nil {
+			r.RetryPolicy.Validate("retryPolicy", true, &probs)
+		}
+	}
 	if p.Status.Set && notNull("status", p.Status.Null) {
 		switch s := p.Status.Value; {
 		case creating && s != StatusActive:
@@ -139,18 +163,25 @@ func (p RoomPatch) apply(r *Room, creating bool) error {
 	return probs.Err()
 }
 
-// CreateRoom validates p, fills defaults and stores the room.
-func (s *Service) CreateRoom(ctx context.Context, p RoomPatch) (Room, error) {
-	now := s.now().UTC()
-	r := Room{
-		ID:                      uuid.Must(uuid.NewV7()),
+// ApplyTo validates p as an update and writes it onto r; the retry-schedule
+// preview uses it to read delivery settings the way a room would.
+func (p RoomPatch) ApplyTo(r *Room) error { return p.apply(r, false) }
+
+// NewRoomDefaults is a room with the defaults of a created one and no identity.
+func NewRoomDefaults() Room {
+	return Room{
 		DeliveryDelay:           DefaultDeliveryDelay,
 		DeliveryDelayMultiplier: DefaultDeliveryDelayMultiplier,
 		DeliveryAttempts:        DefaultDeliveryAttempts,
 		Status:                  StatusActive,
-		CreatedAt:               now,
-		UpdatedAt:               now,
 	}
+}
+
+// CreateRoom validates p, fills defaults and stores the room.
+func (s *Service) CreateRoom(ctx context.Context, p RoomPatch) (Room, error) {
+	now := s.now().UTC()
+	r := NewRoomDefaults()
+	r.ID, r.CreatedAt, r.UpdatedAt = uuid.Must(uuid.NewV7()), now, now
 	if err := p.apply(&r, true); err != nil {
 		return Room{}, err
 	}

@@ -281,8 +281,14 @@ func (s *Events) MarkSent(ctx context.Context, ids []uuid.UUID, at time.Time) er
 	if len(ids) == 0 {
 		return nil
 	}
+	// The consumer may have settled the copy already (delivered before the
+	// receipt was recorded): keep its outcome, only fill in sent_at.
 	err := s.tx(ctx).Model(&sendRow{}).Where("id IN ?", ids).
-		Updates(map[string]any{"sent_at": at.UTC(), "status": string(publish.StatusSent), "claimed_until": nil}).Error
+		Updates(map[string]any{
+			"sent_at":       gorm.Expr("COALESCE(sent_at, ?)", at.UTC()),
+			"status":        gorm.Expr("CASE WHEN status = ? THEN ? ELSE status END", string(publish.StatusPending), string(publish.StatusSent)),
+			"claimed_until": nil,
+		}).Error
 	return translate(err, nil, nil)
 }
 

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"time"
 
@@ -28,6 +29,9 @@ type roomRow struct {
 	DeliveryDelay           int64
 	DeliveryDelayMultiplier float64
 	DeliveryAttempts        int
+	MaxDeliveryDelay        int64
+	DeliveryJitter          float64
+	RetryPolicy             *string
 	Status                  string
 	CreatedAt               time.Time `gorm:"autoCreateTime:false"`
 	UpdatedAt               time.Time `gorm:"autoUpdateTime:false"`
@@ -40,8 +44,30 @@ func toRoomRow(r rooms.Room) roomRow {
 		ID: r.ID, Identifier: r.Identifier, ManagerIdentifier: r.ManagerIdentifier,
 		MessageExpiration: r.MessageExpiration, DeliveryDelay: r.DeliveryDelay,
 		DeliveryDelayMultiplier: r.DeliveryDelayMultiplier, DeliveryAttempts: r.DeliveryAttempts,
+		MaxDeliveryDelay: r.MaxDeliveryDelay, DeliveryJitter: r.DeliveryJitter, RetryPolicy: policyText(r.RetryPolicy),
 		Status: string(r.Status), CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}
+}
+
+// policyText stores a retry policy as JSON (NULL when there is none).
+func policyText(p *rooms.RetryPolicy) *string {
+	if p == nil {
+		return nil
+	}
+	b, _ := json.Marshal(p)
+	s := string(b)
+	return &s
+}
+
+func policyOf(s *string) *rooms.RetryPolicy {
+	if s == nil {
+		return nil
+	}
+	var p rooms.RetryPolicy
+	if err := json.Unmarshal([]byte(*s), &p); err != nil {
+		return nil
+	}
+	return &p
 }
 
 func (r roomRow) domain() rooms.Room {
@@ -49,6 +75,7 @@ func (r roomRow) domain() rooms.Room {
 		ID: r.ID, Identifier: r.Identifier, ManagerIdentifier: r.ManagerIdentifier,
 		MessageExpiration: r.MessageExpiration, DeliveryDelay: r.DeliveryDelay,
 		DeliveryDelayMultiplier: r.DeliveryDelayMultiplier, DeliveryAttempts: r.DeliveryAttempts,
+		MaxDeliveryDelay: r.MaxDeliveryDelay, DeliveryJitter: r.DeliveryJitter, RetryPolicy: policyOf(r.RetryPolicy),
 		Status: rooms.Status(r.Status), CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 	}
 }

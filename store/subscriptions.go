@@ -28,6 +28,9 @@ type subscriptionRow struct {
 	DeliveryDelay           *int64
 	DeliveryDelayMultiplier *float64
 	DeliveryAttempts        *int
+	MaxDeliveryDelay        *int64
+	DeliveryJitter          *float64
+	RetryPolicy             *string
 	Status                  string
 	SigningSecret           string
 	PreviousSigningSecret   string
@@ -53,6 +56,7 @@ func toSubscriptionRow(s subscriptions.Subscription) subscriptionRow {
 		ID: s.ID, RoomID: s.RoomID, Type: string(s.Type), PushURL: s.PushURL,
 		DeliveryDelay: s.DeliveryDelay, DeliveryDelayMultiplier: s.DeliveryDelayMultiplier,
 		DeliveryAttempts: s.DeliveryAttempts, Status: string(s.Status),
+		MaxDeliveryDelay: s.MaxDeliveryDelay, DeliveryJitter: s.DeliveryJitter, RetryPolicy: policyText(s.RetryPolicy),
 		SigningSecret: s.SigningSecret, PreviousSigningSecret: s.PreviousSecret,
 		PreviousSecretExpiresAt: timePtr(s.PreviousSecretExpiresAt),
 		CreatedAt:               s.CreatedAt, UpdatedAt: s.UpdatedAt,
@@ -183,6 +187,7 @@ func (s *Subscriptions) withFilters(ctx context.Context, rows []subscriptionRow)
 			EventTypes:    byID[r.ID],
 			DeliveryDelay: r.DeliveryDelay, DeliveryDelayMultiplier: r.DeliveryDelayMultiplier,
 			DeliveryAttempts: r.DeliveryAttempts, Status: subscriptions.Status(r.Status),
+			MaxDeliveryDelay: r.MaxDeliveryDelay, DeliveryJitter: r.DeliveryJitter, RetryPolicy: policyOf(r.RetryPolicy),
 			SigningSecret: r.SigningSecret, PreviousSecret: r.PreviousSigningSecret,
 			PreviousSecretExpiresAt: timeVal(r.PreviousSecretExpiresAt),
 			CreatedAt:               r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),

@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/rooms"
 )
 
 // Routes registers the subscription endpoints under g (/v1).
@@ -24,26 +25,32 @@ func Routes(g *echo.Group, s *Service) {
 type handlers struct{ s *Service }
 
 type request struct {
-	Type                    api.Nullable[Type]          `json:"type"`
-	PushURL                 api.Nullable[string]        `json:"pushUrl"`
-	EventTypes              api.Nullable[[]FilterInput] `json:"eventTypes"`
-	DeliveryDelay           api.Nullable[int64]         `json:"deliveryDelay"`
-	DeliveryDelayMultiplier api.Nullable[float64]       `json:"deliveryDelayMultiplier"`
-	DeliveryAttempts        api.Nullable[int]           `json:"deliveryAttempts"`
-	Status                  api.Nullable[Status]        `json:"status"`
+	Type                    api.Nullable[Type]              `json:"type"`
+	PushURL                 api.Nullable[string]            `json:"pushUrl"`
+	EventTypes              api.Nullable[[]FilterInput]     `json:"eventTypes"`
+	DeliveryDelay           api.Nullable[int64]             `json:"deliveryDelay"`
+	DeliveryDelayMultiplier api.Nullable[float64]           `json:"deliveryDelayMultiplier"`
+	DeliveryAttempts        api.Nullable[int]               `json:"deliveryAttempts"`
+	MaxDeliveryDelay        api.Nullable[int64]             `json:"maxDeliveryDelay"`
+	DeliveryJitter          api.Nullable[float64]           `json:"deliveryJitter"`
+	RetryPolicy             api.Nullable[rooms.RetryPolicy] `json:"retryPolicy"`
+	Status                  api.Nullable[Status]            `json:"status"`
 }
 
 type response struct {
-	ID                      string        `json:"id"`
-	RoomID                  string        `json:"roomId"`
-	Type                    Type          `json:"type"`
-	PushURL                 *string       `json:"pushUrl"`
-	Destination             *string       `json:"destination"`
-	EventTypes              []FilterInput `json:"eventTypes"`
-	DeliveryDelay           *int64        `json:"deliveryDelay"`
-	DeliveryDelayMultiplier *float64      `json:"deliveryDelayMultiplier"`
-	DeliveryAttempts        *int          `json:"deliveryAttempts"`
-	Status                  Status        `json:"status"`
+	ID                      string             `json:"id"`
+	RoomID                  string             `json:"roomId"`
+	Type                    Type               `json:"type"`
+	PushURL                 *string            `json:"pushUrl"`
+	Destination             *string            `json:"destination"`
+	EventTypes              []FilterInput      `json:"eventTypes"`
+	DeliveryDelay           *int64             `json:"deliveryDelay"`
+	DeliveryDelayMultiplier *float64           `json:"deliveryDelayMultiplier"`
+	DeliveryAttempts        *int               `json:"deliveryAttempts"`
+	MaxDeliveryDelay        *int64             `json:"maxDeliveryDelay"`
+	DeliveryJitter          *float64           `json:"deliveryJitter"`
+	RetryPolicy             *rooms.RetryPolicy `json:"retryPolicy"`
+	Status                  Status             `json:"status"`
 	// SigningSecret is shown only when it is made: at creation and rotation.
 	SigningSecret string    `json:"signingSecret,omitempty"`
 	CreatedAt     time.Time `json:"createdAt"`
@@ -59,6 +66,9 @@ func toResponse(s Subscription) response {
 		DeliveryDelay:           s.DeliveryDelay,
 		DeliveryDelayMultiplier: s.DeliveryDelayMultiplier,
 		DeliveryAttempts:        s.DeliveryAttempts,
+		MaxDeliveryDelay:        s.MaxDeliveryDelay,
+		DeliveryJitter:          s.DeliveryJitter,
+		RetryPolicy:             s.RetryPolicy,
 		Status:                  s.Status,
 		CreatedAt:               s.CreatedAt,
 		UpdatedAt:               s.UpdatedAt,

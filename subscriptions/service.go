@@ -52,6 +52,9 @@ type Patch struct {
 	DeliveryDelay           api.Nullable[int64]
 	DeliveryDelayMultiplier api.Nullable[float64]
 	DeliveryAttempts        api.Nullable[int]
+	MaxDeliveryDelay        api.Nullable[int64]
+	DeliveryJitter          api.Nullable[float64]
+	RetryPolicy             api.Nullable[rooms.RetryPolicy]
 	Status                  api.Nullable[Status]
 }
 
@@ -120,6 +123,24 @@ func (svc *Service) apply(ctx context.Context, room rooms.Room, s *Subscription,
 		}
 	}
 
+	if p.MaxDeliveryDelay.Set {
+		s.MaxDeliveryDelay = p.MaxDeliveryDelay.Ptr()
+		if v := s.MaxDeliveryDelay; v != nil && (*v < 1 || *v > rooms.MaxDeliveryDelay) {
+			probs.Add("maxDeliveryDelay", fmt.Sprintf("must be null (the room's) or from 1 to %d ms", rooms.MaxDeliveryDelay))
+		}
+	}
+	if p.DeliveryJitter.Set {
+		s.DeliveryJitter = p.DeliveryJitter.Ptr()
+		if v := s.DeliveryJitter; v != nil && (math.IsNaN(*v) || *v < 0 || *v > 1) {
+			probs.Add("deliveryJitter", "must be null (the room's) or from 0 to 1")
+		}
+	}
+	if p.RetryPolicy.Set {
+		s.RetryPolicy = p.RetryPolicy.Ptr()
+		if s.RetryPolicy != nil {
+			s.RetryPolicy.Validate("retryPolicy", false, &probs)
+		}
+	}
 	if p.Status.Set {
 		switch {
 		case p.Status.Null:

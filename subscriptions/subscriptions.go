@@ -65,7 +65,11 @@ type Subscription struct {
 	DeliveryDelay           *int64
 	DeliveryDelayMultiplier *float64
 	DeliveryAttempts        *int
-	Status                  Status
+	MaxDeliveryDelay        *int64
+	DeliveryJitter          *float64
+	// RetryPolicy replaces the room's retry policy as a whole.
+	RetryPolicy *rooms.RetryPolicy
+	Status      Status
 	// SigningSecret signs PUSH requests (Standard Webhooks, "whsec_..."). After
 	// a rotation the previous one also signs until PreviousSecretExpiresAt.
 	SigningSecret           string

@@ -13,6 +13,7 @@ import (
 	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/push"
+	"github.com/roomhub/messaging-api/retry"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/store"
 	"github.com/roomhub/messaging-api/subscriptions"
@@ -65,6 +66,7 @@ func newServer(cfg Config, logger *slog.Logger, db *store.DB, b brokerConn, rela
 	subscriptions.Routes(v1, subSvc)
 	publish.Routes(v1, publish.NewService(roomSvc, db.Subscriptions(), db.Events(), relay, cfg.PushQueue, clock))
 	push.NewDeadLetters(db.Push(), subSvc, relay, cfg.PushQueue, clock).Routes(v1)
+	retry.Routes(v1, subSvc)
 	return e
 }
 
