@@ -45,7 +45,13 @@ test-short: ## unit tests only: no PostgreSQL, no broker
 lint: ## gofmt, go vet, and golangci-lint when installed
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
-	@if command -v golangci-lint >/dev/null; then golangci-lint run ./...; else echo "golangci-lint not installed; skipped"; fi
+	@lint=$$(command -v golangci-lint || echo "$$(go env GOPATH)/bin/golangci-lint"); \
+	if [ -x "$$lint" ]; then "$$lint" run ./...; \
+	else echo "golangci-lint not installed (make lint-install); skipped"; fi
+
+.PHONY: lint-install
+lint-install: ## install golangci-lint v2.6.0 with the Go toolchain (a few minutes)
+	$(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@v2.6.0
 
 .PHONY: fmt
 fmt: ## format the code

@@ -184,7 +184,7 @@ func (c *conn) send(dest, contentType string, body []byte, timeout time.Duration
 		return nil
 	}
 	if cause := c.sock.deathCause(); cause != nil && !errors.Is(cause, errClosedLocally) && !isRefusal(err) {
-		return fmt.Errorf("broker: send to %s on %s: %w (%v)", dest, c.name, err, cause)
+		return fmt.Errorf("broker: send to %s on %s: %w (%w)", dest, c.name, err, cause)
 	}
 	return fmt.Errorf("broker: send to %s on %s: %w", dest, c.name, err)
 }

@@ -65,7 +65,6 @@ type Relay struct {
 
 	mu        sync.Mutex
 	lastError error
-	lastOK    time.Time
 }
 
 // NewRelay returns a relay; Run starts it.

@@ -2,6 +2,7 @@ package publish
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -69,8 +70,8 @@ func validatePayload(s *jsonschema.Schema, payload []byte, field, pointer string
 	if err == nil {
 		return
 	}
-	ve, ok := err.(*jsonschema.ValidationError)
-	if !ok {
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
 		probs.Add(field, err.Error())
 		return
 	}

@@ -131,7 +131,7 @@ func (db *DB) Ping(ctx context.Context) error {
 		return err
 	}
 	if err := sqlDB.PingContext(ctx); err != nil {
-		return fmt.Errorf("database: %v: %w", err, api.ErrUnavailable)
+		return fmt.Errorf("database: %w: %w", err, api.ErrUnavailable)
 	}
 	return nil
 }
@@ -156,7 +156,7 @@ func translate(err, notFound, conflict error) error {
 	case errors.Is(err, gorm.ErrDuplicatedKey) && conflict != nil:
 		return conflict
 	case unavailable(err):
-		return fmt.Errorf("database: %v: %w", err, api.ErrUnavailable)
+		return fmt.Errorf("database: %w: %w", err, api.ErrUnavailable)
 	}
 	return err
 }

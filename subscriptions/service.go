@@ -257,7 +257,7 @@ func (svc *Service) Create(ctx context.Context, roomRef string, p Patch) (Subscr
 	}
 	if s.Type == TypePull {
 		if err := svc.queues.EnsureQueue(ctx, s.Queue()); err != nil {
-			return Subscription{}, fmt.Errorf("create queue %s: %v: %w", s.Queue(), err, api.ErrUnavailable)
+			return Subscription{}, fmt.Errorf("create queue %s: %w: %w", s.Queue(), err, api.ErrUnavailable)
 		}
 	}
 	if err := svc.store.CreateSubscription(ctx, s); err != nil {

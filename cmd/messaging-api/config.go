@@ -58,7 +58,7 @@ var settings = []setting{
 	}},
 	{"DATABASE_URL", "database-url", "sqlite:data/messaging-api.db", "postgres://user:pass@host:5432/db, or sqlite:PATH for the embedded default", func(c *Config, v string) error {
 		if !strings.HasPrefix(v, "postgres://") && !strings.HasPrefix(v, "postgresql://") && !strings.HasPrefix(v, "sqlite:") {
-			return errors.New("must start with postgres://, postgresql:// or sqlite:")
+			return errors.New("must be a postgres://, postgresql:// or sqlite: URL")
 		}
 		c.DatabaseURL = v
 		return nil
