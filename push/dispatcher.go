@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"strings"
@@ -138,6 +139,8 @@ type Dispatcher struct {
 	cache  targetCache
 	// policy returns the retry policy of a subscription (retry.For by default).
 	policy func(rooms.Room, subscriptions.Subscription) retry.Policy
+	// rand draws the jitter: uniform in [0, 1).
+	rand func() float64
 }
 
 // New returns a Dispatcher; Run starts it.
@@ -147,6 +150,7 @@ func New(cfg Config, b Broker, dir Directory, log Log, client *http.Client, now 
 		owner:  "dispatcher-" + uuid.NewString(),
 		cache:  targetCache{ttl: cfg.CacheTTL, m: map[uuid.UUID]cachedTarget{}},
 		policy: retry.For,
+		rand:   rand.Float64,
 	}
 }
 
@@ -254,7 +258,7 @@ func (p *Dispatcher) retryUntilDone(ctx context.Context, j *job, f func(context.
 // deliver runs one delivery attempt and settles its outcome.
 func (p *Dispatcher) deliver(ctx context.Context, j *job) error {
 	d := j.d
-	ev := eventOf(d)
+	ev := EventOf(d)
 	sendID, _ := uuid.Parse(d.Headers[publish.HeaderSendID])
 	room, sub, err := p.cache.get(ctx, p.dir, ev.RoomID, j.key)
 	if err != nil && !errors.Is(err, api.ErrNotFound) {
@@ -292,7 +296,8 @@ func (p *Dispatcher) deliver(ctx context.Context, j *job) error {
 		return p.settle(ctx, d, p.deadLetter(Settlement{SendID: sendID, Attempt: attempt}, ev, d, ReasonPermanent))
 	}
 
-	delay, ok := p.policy(room, sub).Next(d.Attempt)
+	step, ok := p.policy(room, sub).Next(d.Attempt)
+	delay := step.Draw(p.rand())
 	if !ok {
 		attempt.Status = publish.StatusDeadLettered
 		return p.settle(ctx, d, p.deadLetter(Settlement{SendID: sendID, Attempt: attempt}, ev, d, ReasonExhausted))
@@ -319,7 +324,7 @@ const headerHeld = "x-held"
 // counting an attempt, and acks the original.
 func (p *Dispatcher) requeue(ctx context.Context, j *job, delay time.Duration, why string) error {
 	d := j.d
-	ev := eventOf(d)
+	ev := EventOf(d)
 	sendID, _ := uuid.Parse(d.Headers[publish.HeaderSendID])
 	now := p.now()
 	resend := p.newSend(ev, d, j.key, d.Attempt, delay, now)
@@ -357,7 +362,7 @@ func (p *Dispatcher) settle(ctx context.Context, d *broker.Delivery, s Settlemen
 		return fmt.Errorf("store outcome: %w", err)
 	}
 	if s.Resend != nil {
-		ev := eventOf(d)
+		ev := EventOf(d)
 		msg := publish.Message(publish.Pending{Send: *s.Resend, Event: ev}, p.now())
 		msg.Headers[headerHeld] = d.Headers[headerHeld]
 		if s.Attempt.Status == StatusDeferred && strings.HasPrefix(s.Attempt.Error, "held") {
@@ -413,8 +418,8 @@ func (p *Dispatcher) request(sub subscriptions.Subscription, ev publish.Event, d
 	return Request{URL: sub.PushURL, Body: d.Body, Headers: h}
 }
 
-// eventOf rebuilds the event a delivery carries from its headers and body.
-func eventOf(d *broker.Delivery) publish.Event {
+// EventOf rebuilds the event a delivery carries from its headers and body.
+func EventOf(d *broker.Delivery) publish.Event {
 	ev := publish.Event{
 		CorrelationID: d.CorrelationID, EventType: d.Headers[publish.HeaderEventType],
 		Payload: json.RawMessage(d.Body), ExpiresAt: d.Expires, Attributes: map[string]string{},

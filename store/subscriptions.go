@@ -31,6 +31,7 @@ type subscriptionRow struct {
 	MaxDeliveryDelay        *int64
 	DeliveryJitter          *float64
 	RetryPolicy             *string
+	AckDeadline             int64
 	Status                  string
 	SigningSecret           string
 	PreviousSigningSecret   string
@@ -57,6 +58,7 @@ func toSubscriptionRow(s subscriptions.Subscription) subscriptionRow {
 		DeliveryDelay: s.DeliveryDelay, DeliveryDelayMultiplier: s.DeliveryDelayMultiplier,
 		DeliveryAttempts: s.DeliveryAttempts, Status: string(s.Status),
 		MaxDeliveryDelay: s.MaxDeliveryDelay, DeliveryJitter: s.DeliveryJitter, RetryPolicy: policyText(s.RetryPolicy),
+		AckDeadline:   s.AckDeadline.Milliseconds(),
 		SigningSecret: s.SigningSecret, PreviousSigningSecret: s.PreviousSecret,
 		PreviousSecretExpiresAt: timePtr(s.PreviousSecretExpiresAt),
 		CreatedAt:               s.CreatedAt, UpdatedAt: s.UpdatedAt,
@@ -188,6 +190,7 @@ func (s *Subscriptions) withFilters(ctx context.Context, rows []subscriptionRow)
 			DeliveryDelay: r.DeliveryDelay, DeliveryDelayMultiplier: r.DeliveryDelayMultiplier,
 			DeliveryAttempts: r.DeliveryAttempts, Status: subscriptions.Status(r.Status),
 			MaxDeliveryDelay: r.MaxDeliveryDelay, DeliveryJitter: r.DeliveryJitter, RetryPolicy: policyOf(r.RetryPolicy),
+			AckDeadline:   time.Duration(r.AckDeadline) * time.Millisecond,
 			SigningSecret: r.SigningSecret, PreviousSecret: r.PreviousSigningSecret,
 			PreviousSecretExpiresAt: timeVal(r.PreviousSecretExpiresAt),
 			CreatedAt:               r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),

@@ -34,6 +34,7 @@ type request struct {
 	MaxDeliveryDelay        api.Nullable[int64]             `json:"maxDeliveryDelay"`
 	DeliveryJitter          api.Nullable[float64]           `json:"deliveryJitter"`
 	RetryPolicy             api.Nullable[rooms.RetryPolicy] `json:"retryPolicy"`
+	AckDeadline             api.Nullable[int64]             `json:"ackDeadline"`
 	Status                  api.Nullable[Status]            `json:"status"`
 }
 
@@ -50,6 +51,7 @@ type response struct {
 	MaxDeliveryDelay        *int64             `json:"maxDeliveryDelay"`
 	DeliveryJitter          *float64           `json:"deliveryJitter"`
 	RetryPolicy             *rooms.RetryPolicy `json:"retryPolicy"`
+	AckDeadline             int64              `json:"ackDeadline"`
 	Status                  Status             `json:"status"`
 	// SigningSecret is shown only when it is made: at creation and rotation.
 	SigningSecret string    `json:"signingSecret,omitempty"`
@@ -69,6 +71,7 @@ func toResponse(s Subscription) response {
 		MaxDeliveryDelay:        s.MaxDeliveryDelay,
 		DeliveryJitter:          s.DeliveryJitter,
 		RetryPolicy:             s.RetryPolicy,
+		AckDeadline:             s.AckDeadline.Milliseconds(),
 		Status:                  s.Status,
 		CreatedAt:               s.CreatedAt,
 		UpdatedAt:               s.UpdatedAt,

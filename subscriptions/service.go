@@ -24,6 +24,13 @@ const (
 	maxPushURLSize = 2048
 )
 
+// Ack deadline bounds of PULL subscriptions.
+const (
+	DefaultAckDeadline = 30 * time.Second
+	MinAckDeadline     = time.Second
+	MaxAckDeadline     = 10 * time.Minute
+)
+
 // Service manages subscriptions.
 type Service struct {
 	store   Store
@@ -55,6 +62,7 @@ type Patch struct {
 	MaxDeliveryDelay        api.Nullable[int64]
 	DeliveryJitter          api.Nullable[float64]
 	RetryPolicy             api.Nullable[rooms.RetryPolicy]
+	AckDeadline             api.Nullable[int64]
 	Status                  api.Nullable[Status]
 }
 
@@ -139,6 +147,16 @@ func (svc *Service) apply(ctx context.Context, room rooms.Room, s *Subscription,
 		s.RetryPolicy = p.RetryPolicy.Ptr()
 		if s.RetryPolicy != nil {
 			s.RetryPolicy.Validate("retryPolicy", false, &probs)
+		}
+	}
+	if p.AckDeadline.Set {
+		switch v := p.AckDeadline.Ptr(); {
+		case v == nil:
+			s.AckDeadline = DefaultAckDeadline
+		case *v < MinAckDeadline.Milliseconds() || *v > MaxAckDeadline.Milliseconds():
+			probs.Add("ackDeadline", fmt.Sprintf("must be from %d to %d ms", MinAckDeadline.Milliseconds(), MaxAckDeadline.Milliseconds()))
+		default:
+			s.AckDeadline = time.Duration(*v) * time.Millisecond
 		}
 	}
 	if p.Status.Set {
@@ -243,11 +261,12 @@ func (svc *Service) Create(ctx context.Context, roomRef string, p Patch) (Subscr
 	}
 	now := svc.now().UTC()
 	s := Subscription{
-		ID:        uuid.Must(uuid.NewV7()),
-		RoomID:    room.ID,
-		Status:    StatusActive,
-		CreatedAt: now,
-		UpdatedAt: now,
+		ID:          uuid.Must(uuid.NewV7()),
+		RoomID:      room.ID,
+		Status:      StatusActive,
+		AckDeadline: DefaultAckDeadline,
+		CreatedAt:   now,
+		UpdatedAt:   now,
 	}
 	if err := svc.apply(ctx, room, &s, p, true); err != nil {
 		return Subscription{}, err

@@ -69,6 +69,9 @@ type Subscription struct {
 	DeliveryJitter          *float64
 	// RetryPolicy replaces the room's retry policy as a whole.
 	RetryPolicy *rooms.RetryPolicy
+	// AckDeadline is how long a pulled message waits for its ack before it is
+	// delivered again (PULL only).
+	AckDeadline time.Duration
 	Status      Status
 	// SigningSecret signs PUSH requests (Standard Webhooks, "whsec_..."). After
 	// a rotation the previous one also signs until PreviousSecretExpiresAt.

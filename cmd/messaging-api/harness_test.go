@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net/http"
@@ -60,6 +61,10 @@ func (f *fakeQueues) DeleteQueue(_ context.Context, d broker.Destination) error 
 	defer f.mu.Unlock()
 	f.deleted = append(f.deleted, d)
 	return nil
+}
+
+func (f *fakeQueues) Subscribe(context.Context, broker.Destination, broker.SubscribeOptions) (broker.Subscription, error) {
+	return nil, errors.New("the fake broker has no messages")
 }
 
 func (f *fakeQueues) Connected() bool {

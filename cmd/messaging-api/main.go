@@ -108,7 +108,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		stopWork()
 		wg.Wait()
 	}()
-	err = serve(ctx, cfg, logger, newServer(cfg, logger, db, b, relay, withAPI))
+	srv, pullSvc := newServerWithPull(cfg, logger, db, b, relay, withAPI)
+	if pullSvc != nil {
+		wg.Go(func() { pullSvc.RunReaper(workCtx, 500*time.Millisecond) })
+	}
+	err = serve(ctx, cfg, logger, srv)
 	relay.Notify()
 	return err
 }

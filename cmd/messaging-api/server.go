@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"strconv"
 	"time"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/pull"
 	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/retry"
 	"github.com/roomhub/messaging-api/rooms"
@@ -22,6 +24,7 @@ import (
 // brokerConn is what the HTTP server needs of the broker.
 type brokerConn interface {
 	subscriptions.Queues
+	pull.Consumer
 	Connected() bool
 }
 
@@ -34,6 +37,13 @@ type relayState interface {
 // newServer builds the echo server; without withAPI (a dispatcher-only
 // process) it serves only the health endpoints.
 func newServer(cfg Config, logger *slog.Logger, db *store.DB, b brokerConn, relay relayState, withAPI bool) *echo.Echo {
+	e, _ := newServerWithPull(cfg, logger, db, b, relay, withAPI)
+	return e
+}
+
+// newServerWithPull is newServer that also returns the pull service, whose
+// lease reaper the caller runs (nil without the API).
+func newServerWithPull(cfg Config, logger *slog.Logger, db *store.DB, b brokerConn, relay relayState, withAPI bool) (*echo.Echo, *pull.Service) {
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
@@ -56,18 +66,20 @@ func newServer(cfg Config, logger *slog.Logger, db *store.DB, b brokerConn, rela
 	})
 	e.GET("/readyz", readiness(db, b, relay))
 	if !withAPI {
-		return e
+		return e, nil
 	}
 
 	roomSvc := rooms.NewService(db.Rooms(), subscriptions.QueueCleanup{Queues: b, Logger: logger}, clock)
 	subSvc := subscriptions.NewService(db.Subscriptions(), roomSvc, b, clock, logger)
+	pullSvc := pull.NewService(subSvc, db.Push(), b, db.Leases(), relay, clock, rand.Float64, logger)
 	v1 := e.Group("/v1")
 	rooms.Routes(v1, roomSvc)
 	subscriptions.Routes(v1, subSvc)
 	publish.Routes(v1, publish.NewService(roomSvc, db.Subscriptions(), db.Events(), relay, cfg.PushQueue, clock))
 	push.NewDeadLetters(db.Push(), subSvc, relay, cfg.PushQueue, clock).Routes(v1)
 	retry.Routes(v1, subSvc)
-	return e
+	pullSvc.Routes(v1)
+	return e, pullSvc
 }
 
 // clock is the service's time: UTC, truncated to what PostgreSQL stores

@@ -1,0 +1,117 @@
+// Package pull serves PULL subscriptions over HTTP: a pull takes messages
+// from the subscription's broker queue and leases them to the caller under an
+// ack id; ack, nack and modify-ack-deadline act on leases.
+//
+// Semantics: a lease is stored in the database before the message is acked on
+// the broker, so every API process sees it and a restart loses none. An
+// acked lease is done. A nacked one is delivered again after the delay the
+// subscription's retry policy gives for that attempt (backoff on negative
+// acks, as Pulsar's redelivery backoff); one whose ack deadline passes is
+// delivered again at once. Both count as attempts: past the policy's last
+// attempt the message becomes a dead letter (the same API as push). Every
+// redelivery is a fresh copy republished through the outbox with
+// AMQ_SCHEDULED_DELAY, never a broker NACK (Artemis discards on NACK,
+// ActiveMQ Classic dead-letters). Expired messages are never returned.
+package pull
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/push"
+)
+
+// Limits of a pull.
+const (
+	DefaultMaxMessages = 10
+	MaxMessages        = 100
+	MaxWait            = 30 * time.Second
+	MaxAckIDs          = 1000
+	// linger is how long a pull that has a message waits for more before it
+	// answers: long enough to batch a burst, short enough to feel immediate.
+	linger = 20 * time.Millisecond
+)
+
+// Errors.
+var (
+	ErrNotPull   = fmt.Errorf("only PULL subscriptions can be pulled from: %w", api.ErrConflict)
+	ErrNotActive = fmt.Errorf("the subscription is not ACTIVE: %w", api.ErrConflict)
+)
+
+// Lease is a pulled message awaiting its ack.
+type Lease struct {
+	AckID          uuid.UUID
+	SubscriptionID uuid.UUID
+	RoomID         uuid.UUID
+	SendID         uuid.UUID // the published_messages row of this copy; Nil if unknown
+	Event          publish.Event
+	Attempt        int
+	Deadline       time.Time
+	LeasedAt       time.Time
+}
+
+// Settlement is what becomes of one lease: its log row's outcome, and a
+// resend or a dead letter.
+type Settlement struct {
+	AckID      uuid.UUID
+	SendID     uuid.UUID
+	Attempt    push.Attempt
+	Resend     *publish.Send
+	DeadLetter *push.DeadLetter
+}
+
+// Selector picks leases to settle.
+type Selector struct {
+	SubscriptionID uuid.UUID   // with AckIDs: these leases of this subscription, still live at Now
+	AckIDs         []uuid.UUID //
+	Expired        bool        // instead: any subscription's leases whose deadline passed by Now
+	Now            time.Time
+	Limit          int
+}
+
+// Store keeps leases.
+type Store interface {
+	AddLeases(ctx context.Context, leases []Lease) error
+	// SettleLeases locks the leases sel picks (skipping ones another process
+	// holds), applies decide's settlements and deletes those leases, in one
+	// transaction, and returns the ack ids it settled. decide must not touch
+	// the database: on SQLite the transaction holds the only connection.
+	SettleLeases(ctx context.Context, sel Selector, decide func([]Lease) ([]Settlement, error)) ([]uuid.UUID, error)
+	// ExpiredSubscriptions maps the subscriptions that have leases past their
+	// deadline at now to their rooms.
+	ExpiredSubscriptions(ctx context.Context, now time.Time, limit int) (map[uuid.UUID]uuid.UUID, error)
+	// ExtendLeases sets the deadline of the live leases among ackIDs.
+	ExtendLeases(ctx context.Context, subscriptionID uuid.UUID, ackIDs []uuid.UUID, deadline, now time.Time) ([]uuid.UUID, error)
+}
+
+// Message is what a pull returns for one lease.
+type Message struct {
+	AckID            string            `json:"ackId"`
+	EventID          string            `json:"eventId"`
+	CorrelationID    string            `json:"correlationId"`
+	EventType        string            `json:"eventType"`
+	EventTypeVersion int               `json:"eventTypeVersion"`
+	Attempt          int               `json:"attempt"`
+	PublishedAt      time.Time         `json:"publishedAt"`
+	Attributes       map[string]string `json:"attributes"`
+	Payload          json.RawMessage   `json:"payload"`
+	AckDeadline      time.Time         `json:"ackDeadline"`
+}
+
+func toMessage(l Lease) Message {
+	attrs := l.Event.Attributes
+	if attrs == nil {
+		attrs = map[string]string{}
+	}
+	return Message{
+		AckID: l.AckID.String(), EventID: l.Event.ID.String(), CorrelationID: l.Event.CorrelationID,
+		EventType: l.Event.EventType, EventTypeVersion: l.Event.Version, Attempt: l.Attempt,
+		PublishedAt: l.Event.PublishedAt, Attributes: attrs, Payload: l.Event.Payload, AckDeadline: l.Deadline,
+	}
+}

@@ -1,0 +1,341 @@
+package pull
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/push"
+	"github.com/roomhub/messaging-api/retry"
+	"github.com/roomhub/messaging-api/rooms"
+	"github.com/roomhub/messaging-api/subscriptions"
+)
+
+// Subscriptions finds a subscription with its room (subscriptions.Service is one).
+type Subscriptions interface {
+	Get(ctx context.Context, roomRef, id string) (rooms.Room, subscriptions.Subscription, error)
+}
+
+// Consumer is what a pull needs of the broker.
+type Consumer interface {
+	Subscribe(ctx context.Context, dest broker.Destination, opts broker.SubscribeOptions) (broker.Subscription, error)
+}
+
+// Service pulls, acks and nacks.
+type Service struct {
+	subs   Subscriptions
+	dir    push.Directory
+	broker Consumer
+	store  Store
+	relay  publish.Notifier
+	now    func() time.Time
+	rand   func() float64
+	logger *slog.Logger
+}
+
+// NewService wires a Service. rand draws retry jitter (uniform in [0, 1)).
+func NewService(subs Subscriptions, dir push.Directory, b Consumer, store Store, relay publish.Notifier, now func() time.Time, rand func() float64, logger *slog.Logger) *Service {
+	return &Service{subs: subs, dir: dir, broker: b, store: store, relay: relay, now: now, rand: rand, logger: logger}
+}
+
+func (s *Service) pullable(ctx context.Context, roomRef, id string) (rooms.Room, subscriptions.Subscription, error) {
+	room, sub, err := s.subs.Get(ctx, roomRef, id)
+	switch {
+	case err != nil:
+		return room, sub, err
+	case sub.Type != subscriptions.TypePull:
+		return room, sub, ErrNotPull
+	case sub.Status != subscriptions.StatusActive:
+		return room, sub, ErrNotActive
+	}
+	return room, sub, nil
+}
+
+// Pull takes up to n messages from the subscription's queue, waiting up to
+// wait for the first, and leases them until the subscription's ack deadline.
+func (s *Service) Pull(ctx context.Context, roomRef, id string, n int, wait time.Duration) ([]Message, error) {
+	_, sub, err := s.pullable(ctx, roomRef, id)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, wait+10*time.Second)
+	defer cancel()
+	bs, err := s.broker.Subscribe(ctx, sub.Queue(), broker.SubscribeOptions{Prefetch: n})
+	if err != nil {
+		return nil, fmt.Errorf("broker: %w: %w", err, api.ErrUnavailable)
+	}
+	// Closing hands back to the queue what the broker prefetched but this
+	// pull did not take.
+	defer bs.Close()
+
+	got := s.receive(ctx, bs, n, wait)
+	if len(got) == 0 {
+		return []Message{}, nil
+	}
+	now := s.now()
+	leases := make([]Lease, 0, len(got))
+	var expired []*broker.Delivery
+	for _, d := range got {
+		if !d.Expires.IsZero() && !now.Before(d.Expires) {
+			expired = append(expired, d)
+			continue
+		}
+		sendID, _ := uuid.Parse(d.Headers[publish.HeaderSendID])
+		leases = append(leases, Lease{
+			AckID: uuid.Must(uuid.NewV7()), SubscriptionID: sub.ID, RoomID: sub.RoomID, SendID: sendID,
+			Event: push.EventOf(d), Attempt: max(d.Attempt, 1), Deadline: now.Add(sub.AckDeadline), LeasedAt: now,
+		})
+	}
+	// The lease is stored before the broker forgets the message: a crash
+	// between the two gives a duplicate, never a loss.
+	if err := s.store.AddLeases(ctx, leases); err != nil {
+		return nil, err
+	}
+	for _, d := range got {
+		if err := d.Ack(ctx); err != nil {
+			s.logger.WarnContext(ctx, "pull: broker ack failed; the message will come again", slog.Any("error", err),
+				slog.String("correlation_id", d.CorrelationID))
+		}
+	}
+	for _, d := range expired {
+		s.logger.InfoContext(ctx, "pull: expired message dropped", slog.String("correlation_id", d.CorrelationID))
+	}
+	out := make([]Message, len(leases))
+	for i, l := range leases {
+		out[i] = toMessage(l)
+	}
+	return out, nil
+}
+
+// receive collects up to n deliveries: it waits up to wait for the first,
+// then only briefly for more, so a long poll answers as soon as one arrives.
+func (s *Service) receive(ctx context.Context, bs broker.Subscription, n int, wait time.Duration) []*broker.Delivery {
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	var got []*broker.Delivery
+	for len(got) < n {
+		select {
+		case d, ok := <-bs.C():
+			if !ok {
+				return got
+			}
+			got = append(got, d)
+			if len(got) == 1 {
+				timer.Reset(linger)
+			}
+		case <-timer.C:
+			return got
+		case <-ctx.Done():
+			return got
+		}
+	}
+	return got
+}
+
+// Result is what became of one ack id.
+type Result struct {
+	AckID  string `json:"ackId"`
+	Status string `json:"status"` // acked, nacked, extended, unknown (expired, settled or never leased), invalid
+}
+
+func parseAckIDs(raw []string) ([]uuid.UUID, []Result) {
+	ids := make([]uuid.UUID, 0, len(raw))
+	results := make([]Result, len(raw))
+	for i, r := range raw {
+		results[i] = Result{AckID: r, Status: "unknown"}
+		id, err := uuid.Parse(r)
+		if err != nil {
+			results[i].Status = "invalid"
+			continue
+		}
+		ids = append(ids, id)
+	}
+	return ids, results
+}
+
+func mark(results []Result, done []uuid.UUID, status string) []Result {
+	set := map[string]bool{}
+	for _, id := range done {
+		set[id.String()] = true
+	}
+	for i := range results {
+		if id, err := uuid.Parse(results[i].AckID); err == nil && set[id.String()] {
+			results[i].Status = status
+		}
+	}
+	return results
+}
+
+// Ack settles leases as delivered.
+func (s *Service) Ack(ctx context.Context, roomRef, id string, ackIDs []string) ([]Result, error) {
+	_, sub, err := s.subs.Get(ctx, roomRef, id)
+	if err != nil {
+		return nil, err
+	}
+	ids, results := parseAckIDs(ackIDs)
+	now := s.now()
+	done, err := s.store.SettleLeases(ctx, Selector{SubscriptionID: sub.ID, AckIDs: ids, Now: now},
+		func(ls []Lease) ([]Settlement, error) {
+			out := make([]Settlement, len(ls))
+			for i, l := range ls {
+				out[i] = Settlement{AckID: l.AckID, SendID: l.SendID, Attempt: push.Attempt{Status: publish.StatusDelivered, At: now}}
+			}
+			return out, nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	return mark(results, done, "acked"), nil
+}
+
+// Nack settles leases as failed: each is delivered again after its policy's
+// delay, or dead-lettered past the last attempt.
+func (s *Service) Nack(ctx context.Context, roomRef, id string, ackIDs []string) ([]Result, error) {
+	room, sub, err := s.subs.Get(ctx, roomRef, id)
+	if err != nil {
+		return nil, err
+	}
+	ids, results := parseAckIDs(ackIDs)
+	now := s.now()
+	done, err := s.store.SettleLeases(ctx, Selector{SubscriptionID: sub.ID, AckIDs: ids, Now: now},
+		func(ls []Lease) ([]Settlement, error) {
+			out := make([]Settlement, len(ls))
+			for i, l := range ls {
+				out[i] = s.redeliver(room, sub, l, now, "nacked", true)
+			}
+			return out, nil
+		})
+	if err != nil {
+		return nil, err
+	}
+	s.relay.Notify()
+	return mark(results, done, "nacked"), nil
+}
+
+// ModifyAckDeadline moves the deadline of live leases to now + d; 0 gives
+// them up for redelivery at once.
+func (s *Service) ModifyAckDeadline(ctx context.Context, roomRef, id string, ackIDs []string, d time.Duration) ([]Result, error) {
+	_, sub, err := s.subs.Get(ctx, roomRef, id)
+	if err != nil {
+		return nil, err
+	}
+	ids, results := parseAckIDs(ackIDs)
+	now := s.now()
+	done, err := s.store.ExtendLeases(ctx, sub.ID, ids, now.Add(d), now)
+	if err != nil {
+		return nil, err
+	}
+	return mark(results, done, "extended"), nil
+}
+
+// redeliver settles one lease as a failed attempt: a resend after the policy's
+// delay (none when withDelay is false), or a dead letter.
+func (s *Service) redeliver(room rooms.Room, sub subscriptions.Subscription, l Lease, now time.Time, why string, withDelay bool) Settlement {
+	st := Settlement{AckID: l.AckID, SendID: l.SendID, Attempt: push.Attempt{Status: publish.StatusFailed, Error: why, At: now}}
+	step, ok := retry.For(room, sub).Next(l.Attempt)
+	var delay time.Duration
+	if withDelay {
+		delay = step.Draw(s.rand())
+	}
+	next := now.Add(delay)
+	switch {
+	case !ok:
+		st.Attempt.Status = publish.StatusDeadLettered
+		st.DeadLetter = s.deadLetter(l, push.ReasonExhausted, why, now)
+	case !l.Event.ExpiresAt.IsZero() && !next.Before(l.Event.ExpiresAt):
+		st.Attempt.Status = publish.StatusDeadLettered
+		st.DeadLetter = s.deadLetter(l, push.ReasonExpired, why+"; would expire before the next attempt", now)
+	default:
+		st.Attempt.NextAttemptAt = next
+		st.Resend = &publish.Send{
+			ID: uuid.Must(uuid.NewV7()), EventID: l.Event.ID, RoomID: l.RoomID, CorrelationID: l.Event.CorrelationID,
+			SubscriptionID: sub.ID, SubscriptionType: string(subscriptions.TypePull), Destination: sub.Queue().FQQN(),
+			Attempt: l.Attempt + 1, ScheduledDelay: delay, CreatedAt: now, Status: publish.StatusPending,
+		}
+	}
+	return st
+}
+
+func (s *Service) deadLetter(l Lease, reason, why string, now time.Time) *push.DeadLetter {
+	return &push.DeadLetter{
+		ID: uuid.Must(uuid.NewV7()), RoomID: l.RoomID, SubscriptionID: l.SubscriptionID, Event: l.Event,
+		Attempts: l.Attempt, Reason: reason, LastError: why, CreatedAt: now,
+	}
+}
+
+// RunReaper redelivers leases whose ack deadline passed, until ctx is done.
+// It runs in every API process; the store's locks keep them apart.
+func (s *Service) RunReaper(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for {
+			n, err := s.reapOnce(ctx)
+			if err != nil {
+				s.logger.WarnContext(ctx, "pull: reaping expired leases failed", slog.Any("error", err))
+			}
+			if err != nil || n < 500 {
+				break
+			}
+		}
+	}
+}
+
+func (s *Service) reapOnce(ctx context.Context) (int, error) {
+	now := s.now()
+	subs, err := s.store.ExpiredSubscriptions(ctx, now, 500)
+	if err != nil || len(subs) == 0 {
+		return 0, err
+	}
+	// Look the subscriptions up before the transaction: decide may not
+	// query, and a settled lease needs its subscription's policy.
+	type target struct {
+		room rooms.Room
+		sub  subscriptions.Subscription
+		gone bool
+	}
+	targets := make(map[uuid.UUID]target, len(subs))
+	for subID, roomID := range subs {
+		room, sub, err := s.dir.PushTarget(ctx, roomID, subID)
+		switch {
+		case api.IsNotFound(err):
+			targets[subID] = target{gone: true}
+		case err != nil:
+			return 0, err
+		default:
+			targets[subID] = target{room: room, sub: sub}
+		}
+	}
+	done, err := s.store.SettleLeases(ctx, Selector{Expired: true, Now: now, Limit: 500},
+		func(ls []Lease) ([]Settlement, error) {
+			out := make([]Settlement, 0, len(ls))
+			for _, l := range ls {
+				t, ok := targets[l.SubscriptionID]
+				switch {
+				case !ok:
+					continue // expired after the lookup: the next round takes it
+				case t.gone:
+					out = append(out, Settlement{AckID: l.AckID, SendID: l.SendID,
+						Attempt: push.Attempt{Status: publish.StatusDropped, Error: "subscription deleted", At: now}})
+				default:
+					out = append(out, s.redeliver(t.room, t.sub, l, now, "ack deadline exceeded", false))
+				}
+			}
+			return out, nil
+		})
+	if len(done) > 0 {
+		s.relay.Notify()
+	}
+	return len(done), err
+}

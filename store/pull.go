@@ -1,0 +1,188 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/pull"
+)
+
+// Leases implements pull.Store.
+type Leases struct{ db *DB }
+
+var _ pull.Store = (*Leases)(nil)
+
+// Leases returns the pull lease store.
+func (db *DB) Leases() *Leases { return &Leases{db: db} }
+
+type leaseRow struct {
+	AckID          uuid.UUID `gorm:"primaryKey"`
+	SubscriptionID uuid.UUID
+	RoomID         uuid.UUID
+	SendID         *uuid.UUID
+	EventID        uuid.UUID
+	CorrelationID  string
+	EventType      string
+	Version        int
+	Payload        string
+	Attributes     string
+	Attempt        int
+	PublishedAt    time.Time `gorm:"autoCreateTime:false"`
+	ExpiresAt      *time.Time
+	Deadline       time.Time
+	LeasedAt       time.Time
+}
+
+func (leaseRow) TableName() string { return "pull_leases" }
+
+func toLeaseRow(l pull.Lease) leaseRow {
+	attrs, _ := json.Marshal(l.Event.Attributes)
+	r := leaseRow{
+		AckID: l.AckID, SubscriptionID: l.SubscriptionID, RoomID: l.RoomID, EventID: l.Event.ID,
+		CorrelationID: l.Event.CorrelationID, EventType: l.Event.EventType, Version: l.Event.Version,
+		Payload: string(l.Event.Payload), Attributes: string(attrs), Attempt: l.Attempt,
+		PublishedAt: l.Event.PublishedAt.UTC(), ExpiresAt: timePtr(l.Event.ExpiresAt),
+		Deadline: l.Deadline.UTC(), LeasedAt: l.LeasedAt.UTC(),
+	}
+	if l.SendID != uuid.Nil {
+		id := l.SendID
+		r.SendID = &id
+	}
+	return r
+}
+
+func (r leaseRow) domain() pull.Lease {
+	l := pull.Lease{
+		AckID: r.AckID, SubscriptionID: r.SubscriptionID, RoomID: r.RoomID, Attempt: r.Attempt,
+		Deadline: r.Deadline.UTC(), LeasedAt: r.LeasedAt.UTC(),
+		Event: publish.Event{
+			ID: r.EventID, RoomID: r.RoomID, CorrelationID: r.CorrelationID, EventType: r.EventType,
+			Version: r.Version, Payload: json.RawMessage(r.Payload), PublishedAt: r.PublishedAt.UTC(),
+			ExpiresAt: timeVal(r.ExpiresAt),
+		},
+	}
+	_ = json.Unmarshal([]byte(r.Attributes), &l.Event.Attributes)
+	if r.SendID != nil {
+		l.SendID = *r.SendID
+	}
+	return l
+}
+
+// AddLeases implements pull.Store.
+func (s *Leases) AddLeases(ctx context.Context, leases []pull.Lease) error {
+	if len(leases) == 0 {
+		return nil
+	}
+	rows := make([]leaseRow, len(leases))
+	for i, l := range leases {
+		rows[i] = toLeaseRow(l)
+	}
+	return translate(s.db.gorm.WithContext(ctx).Create(rows).Error, nil, nil)
+}
+
+// SettleLeases implements pull.Store.
+func (s *Leases) SettleLeases(ctx context.Context, sel pull.Selector, decide func([]pull.Lease) ([]pull.Settlement, error)) ([]uuid.UUID, error) {
+	if !sel.Expired && len(sel.AckIDs) == 0 {
+		return nil, nil
+	}
+	var settled []uuid.UUID
+	err := s.db.gorm.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		q := tx.Model(&leaseRow{})
+		if sel.Expired {
+			q = q.Where("deadline <= ?", sel.Now.UTC()).Order("deadline").Limit(sel.Limit)
+		} else {
+			q = q.Where("subscription_id = ? AND ack_id IN ? AND deadline > ?", sel.SubscriptionID, sel.AckIDs, sel.Now.UTC())
+		}
+		if s.db.dialect == Postgres {
+			q = q.Clauses(clause.Locking{Strength: "UPDATE", Options: "SKIP LOCKED"})
+		}
+		var rows []leaseRow
+		if err := q.Find(&rows).Error; err != nil || len(rows) == 0 {
+			return err
+		}
+		leases := make([]pull.Lease, len(rows))
+		for i, r := range rows {
+			leases[i] = r.domain()
+		}
+		settlements, err := decide(leases)
+		if err != nil {
+			return err
+		}
+		var send sendRow
+		for _, st := range settlements {
+			if st.SendID != uuid.Nil {
+				a := st.Attempt
+				if err := tx.Model(&send).Where("id = ?", st.SendID).Updates(map[string]any{
+					"status": string(a.Status), "error": a.Error, "completed_at": a.At.UTC(),
+					"next_attempt_at": timePtr(a.NextAttemptAt),
+				}).Error; err != nil {
+					return err
+				}
+			}
+			if st.DeadLetter != nil {
+				row := toDeadLetterRow(*st.DeadLetter)
+				if err := tx.Create(&row).Error; err != nil {
+					return err
+				}
+			}
+			if st.Resend != nil {
+				row := toSendRow(*st.Resend)
+				if err := tx.Create(&row).Error; err != nil {
+					return err
+				}
+			}
+			if err := tx.Where("ack_id = ?", st.AckID).Delete(&leaseRow{}).Error; err != nil {
+				return err
+			}
+			settled = append(settled, st.AckID)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, translate(err, nil, nil)
+	}
+	return settled, nil
+}
+
+// ExtendLeases implements pull.Store.
+func (s *Leases) ExtendLeases(ctx context.Context, subscriptionID uuid.UUID, ackIDs []uuid.UUID, deadline, now time.Time) ([]uuid.UUID, error) {
+	if len(ackIDs) == 0 {
+		return nil, nil
+	}
+	var live []uuid.UUID
+	err := s.db.gorm.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Model(&leaseRow{}).Where("subscription_id = ? AND ack_id IN ? AND deadline > ?", subscriptionID, ackIDs, now.UTC()).
+			Pluck("ack_id", &live).Error; err != nil || len(live) == 0 {
+			return err
+		}
+		return tx.Model(&leaseRow{}).Where("ack_id IN ?", live).Update("deadline", deadline.UTC()).Error
+	})
+	if err != nil {
+		return nil, translate(err, nil, nil)
+	}
+	return live, nil
+}
+
+// ExpiredSubscriptions implements pull.Store.
+func (s *Leases) ExpiredSubscriptions(ctx context.Context, now time.Time, limit int) (map[uuid.UUID]uuid.UUID, error) {
+	var rows []struct {
+		SubscriptionID uuid.UUID
+		RoomID         uuid.UUID
+	}
+	err := s.db.gorm.WithContext(ctx).Model(&leaseRow{}).Distinct("subscription_id", "room_id").
+		Where("deadline <= ?", now.UTC()).Limit(limit).Scan(&rows).Error
+	if err != nil {
+		return nil, translate(err, nil, nil)
+	}
+	out := make(map[uuid.UUID]uuid.UUID, len(rows))
+	for _, r := range rows {
+		out[r.SubscriptionID] = r.RoomID
+	}
+	return out, nil
+}
