@@ -23,6 +23,10 @@ const (
 	HeaderEventVersion   = "x-event-version"
 	HeaderPublishedAt    = "x-published-at" // epoch ms
 	HeaderSendID         = "x-send-id"      // the published_messages row of this copy
+	// HeaderExpiresAt carries a PUSH copy's expiry (epoch ms) instead of the
+	// broker's expires: an expired push message must become a dead letter,
+	// which only the dispatcher can make; the broker would drop it silently.
+	HeaderExpiresAt = "x-expires-at"
 	// AttributePrefix prefixes each publisher attribute's header name.
 	AttributePrefix = "x-attr-"
 )
@@ -209,6 +213,11 @@ func Message(p Pending, now time.Time) broker.Message {
 	for k, v := range p.Event.Attributes {
 		h[AttributePrefix+k] = v
 	}
+	expires := p.Event.ExpiresAt
+	if p.SubscriptionType == "PUSH" && !expires.IsZero() {
+		h[HeaderExpiresAt] = strconv.FormatInt(expires.UnixMilli(), 10)
+		expires = time.Time{}
+	}
 	addr, queue := splitFQQN(p.Destination)
 	return broker.Message{
 		Destination:   broker.Destination{Address: addr, Queue: queue},
@@ -218,7 +227,7 @@ func Message(p Pending, now time.Time) broker.Message {
 		CorrelationID: p.CorrelationID,
 		Attempt:       p.Attempt,
 		Delay:         delay,
-		Expires:       p.Event.ExpiresAt,
+		Expires:       expires,
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -203,7 +204,13 @@ func (s *Service) prepare(ctx context.Context, room rooms.Room, in Input, field,
 	if len(in.Attributes) > maxAttributes {
 		probs.Add(field+"attributes", fmt.Sprintf("must have at most %d entries", maxAttributes))
 	}
+	lower := map[string]string{}
 	for k, v := range in.Attributes {
+		if prev, dup := lower[strings.ToLower(k)]; dup {
+			// They become X-Attr-<name> HTTP headers, where case does not count.
+			probs.Add(field+"attributes."+k, fmt.Sprintf("differs from %q only in case", prev))
+		}
+		lower[strings.ToLower(k)] = k
 		if !attributeKey.MatchString(k) {
 			probs.Add(field+"attributes."+k, "names must match ^[a-zA-Z][a-zA-Z0-9_.-]{0,63}$")
 		}

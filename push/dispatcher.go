@@ -272,12 +272,12 @@ func (p *Dispatcher) deliver(ctx context.Context, j *job) error {
 	case err != nil || sub.Status == subscriptions.StatusTerminated:
 		p.logger.InfoContext(ctx, "push: subscription gone or terminated; message dropped", logAttrs...)
 		return p.settle(ctx, d, Settlement{SendID: sendID, Attempt: Attempt{Status: publish.StatusDropped, Error: "subscription terminated or deleted", At: now}})
+	case !ev.ExpiresAt.IsZero() && !now.Before(ev.ExpiresAt):
+		return p.settle(ctx, d, p.deadLetter(Settlement{SendID: sendID, Attempt: Attempt{Status: publish.StatusExpired, Error: "expired before delivery", At: now}}, ev, d, ReasonExpired))
 	case sub.Status == subscriptions.StatusPaused:
 		held, _ := strconv.Atoi(d.Headers[headerHeld])
 		delay := min(p.cfg.PausedDelay<<min(held, 10), 5*time.Minute)
 		return p.requeue(ctx, j, delay, "held: the subscription is PAUSED")
-	case !d.Expires.IsZero() && !now.Before(d.Expires):
-		return p.settle(ctx, d, p.deadLetter(Settlement{SendID: sendID, Attempt: Attempt{Status: publish.StatusExpired, Error: "expired before delivery", At: now}}, ev, d, ReasonExpired))
 	}
 
 	out := post(ctx, p.client, p.request(sub, ev, d, now), p.cfg.MaxResponseBody, p.now)
@@ -306,7 +306,7 @@ func (p *Dispatcher) deliver(ctx context.Context, j *job) error {
 		delay = min(out.RetryAfter, p.cfg.MaxRetryAfter) // raises a delay, never lowers one
 	}
 	next := at.Add(delay)
-	if !d.Expires.IsZero() && !next.Before(d.Expires) {
+	if !ev.ExpiresAt.IsZero() && !next.Before(ev.ExpiresAt) {
 		attempt.Status = publish.StatusDeadLettered
 		attempt.Error += "; would expire before the next attempt"
 		return p.settle(ctx, d, p.deadLetter(Settlement{SendID: sendID, Attempt: attempt}, ev, d, ReasonExpired))
@@ -327,6 +327,11 @@ func (p *Dispatcher) requeue(ctx context.Context, j *job, delay time.Duration, w
 	ev := EventOf(d)
 	sendID, _ := uuid.Parse(d.Headers[publish.HeaderSendID])
 	now := p.now()
+	if !ev.ExpiresAt.IsZero() && !now.Add(delay).Before(ev.ExpiresAt) {
+		// Held or deferred past its expiry it could never be delivered.
+		return p.settle(ctx, d, p.deadLetter(Settlement{SendID: sendID,
+			Attempt: Attempt{Status: publish.StatusExpired, Error: why + "; would expire first", At: now}}, ev, d, ReasonExpired))
+	}
 	resend := p.newSend(ev, d, j.key, d.Attempt, delay, now)
 	return p.settle(ctx, d, Settlement{
 		SendID:  sendID,
@@ -423,6 +428,9 @@ func EventOf(d *broker.Delivery) publish.Event {
 	ev := publish.Event{
 		CorrelationID: d.CorrelationID, EventType: d.Headers[publish.HeaderEventType],
 		Payload: json.RawMessage(d.Body), ExpiresAt: d.Expires, Attributes: map[string]string{},
+	}
+	if ms, err := strconv.ParseInt(d.Headers[publish.HeaderExpiresAt], 10, 64); err == nil && ev.ExpiresAt.IsZero() {
+		ev.ExpiresAt = time.UnixMilli(ms).UTC()
 	}
 	ev.ID, _ = uuid.Parse(d.Headers[publish.HeaderEventID])
 	ev.RoomID, _ = uuid.Parse(d.Headers[publish.HeaderRoomID])

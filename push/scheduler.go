@@ -83,8 +83,9 @@ func (s *scheduler) done(j *job) {
 	}
 }
 
-// close wakes every worker; take returns nil once ready is empty. Jobs left in
-// backlogs are never acked, so the broker redelivers them.
+// close wakes every worker; take returns nil once ready is empty. done keeps
+// promoting backlog jobs, so workers finish them too within the shutdown
+// grace; whatever is cut off then is never acked and the broker redelivers it.
 func (s *scheduler) close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -1,0 +1,291 @@
+package push
+
+import (
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/roomhub/messaging-api/broker"
+)
+
+// testJob makes a job of subscription sub whose message id names it.
+func testJob(sub uuid.UUID, name string) *job {
+	return &job{key: sub, d: &broker.Delivery{ID: name}}
+}
+
+// takeWithin returns the next job, failing the test if take blocks longer
+// than within.
+func takeWithin(t *testing.T, s *scheduler, within time.Duration) *job {
+	t.Helper()
+	got := make(chan *job, 1)
+	go func() { got <- s.take() }()
+	select {
+	case j := <-got:
+		return j
+	case <-time.After(within):
+		t.Fatalf("take blocked for %v", within)
+		return nil
+	}
+}
+
+// assertBlocks checks that take finds nothing ready: it must still block
+// after a short while. The blocked take is released with a job of its own.
+func assertBlocks(t *testing.T, s *scheduler) {
+	t.Helper()
+	got := make(chan *job, 1)
+	go func() { got <- s.take() }()
+	select {
+	case j := <-got:
+		t.Fatalf("take returned %s; nothing should be ready", name(j))
+	case <-time.After(50 * time.Millisecond):
+	}
+	unblock := testJob(uuid.New(), "unblock")
+	s.add(unblock)
+	select {
+	case j := <-got:
+		if j != unblock {
+			t.Fatalf("the blocked take returned %s, want unblock", name(j))
+		}
+		s.done(j)
+	case <-time.After(5 * time.Second):
+		t.Fatal("take still blocked after a job was added")
+	}
+}
+
+func name(j *job) string {
+	if j == nil {
+		return "nil"
+	}
+	return j.d.ID
+}
+
+func TestSchedulerPerSubscriptionBound(t *testing.T) {
+	t.Parallel()
+	s := newScheduler(2, 10)
+	a, b := uuid.New(), uuid.New()
+	for i := range 4 {
+		if !s.add(testJob(a, fmt.Sprintf("a%d", i))) {
+			t.Fatalf("add a%d refused with room in the backlog", i)
+		}
+	}
+	if got := s.pending(); got != 4 {
+		t.Errorf("pending = %d, want 4", got)
+	}
+	for _, want := range []string{"a0", "a1"} {
+		if j := takeWithin(t, s, time.Second); name(j) != want {
+			t.Fatalf("took %s, want %s", name(j), want)
+		}
+	}
+	// a has two running: a2 and a3 must wait, so another subscription's job
+	// goes first, and then nothing is ready.
+	s.add(testJob(b, "b0"))
+	if j := takeWithin(t, s, time.Second); name(j) != "b0" {
+		t.Fatalf("took %s, want b0 (a is at its bound)", name(j))
+	}
+	assertBlocks(t, s)
+}
+
+func TestSchedulerBacklogOverflow(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		perSub, backlog int
+	}{
+		{1, 0},
+		{1, 2},
+		{3, 5},
+	}
+	for _, tt := range tests {
+		t.Run(fmt.Sprintf("perSub=%d/backlog=%d", tt.perSub, tt.backlog), func(t *testing.T) {
+			t.Parallel()
+			s := newScheduler(tt.perSub, tt.backlog)
+			a, b := uuid.New(), uuid.New()
+			for i := range tt.perSub + tt.backlog {
+				if !s.add(testJob(a, fmt.Sprintf("a%d", i))) {
+					t.Fatalf("add #%d refused; %d running and %d waiting fit", i, tt.perSub, tt.backlog)
+				}
+			}
+			if s.add(testJob(a, "overflow")) {
+				t.Fatal("add accepted a job past the backlog")
+			}
+			if !s.add(testJob(b, "b0")) {
+				t.Error("a full backlog of one subscription refused another's job")
+			}
+			if got, want := s.pending(), tt.perSub+tt.backlog+1; got != want {
+				t.Errorf("pending = %d, want %d (the refused job is not counted)", got, want)
+			}
+			// Finishing one of a's jobs makes room for one more.
+			j := takeWithin(t, s, time.Second)
+			s.done(j)
+			if !s.add(testJob(a, "after-done")) {
+				t.Error("add refused after done freed a place")
+			}
+		})
+	}
+}
+
+func TestSchedulerDonePromotesInOrder(t *testing.T) {
+	t.Parallel()
+	s := newScheduler(1, 10)
+	a := uuid.New()
+	for i := range 5 {
+		s.add(testJob(a, fmt.Sprintf("a%d", i)))
+	}
+	for i := range 5 {
+		j := takeWithin(t, s, time.Second)
+		if want := fmt.Sprintf("a%d", i); name(j) != want {
+			t.Fatalf("took %s, want %s", name(j), want)
+		}
+		if i < 4 {
+			assertBlocks(t, s) // a0..a3 running: the next waits for done
+		}
+		s.done(j)
+	}
+	if got := s.pending(); got != 0 {
+		t.Errorf("pending = %d after every job is done, want 0", got)
+	}
+	// The subscription's slot is free again: its next job is ready at once.
+	s.add(testJob(a, "a5"))
+	if j := takeWithin(t, s, time.Second); name(j) != "a5" {
+		t.Fatalf("took %s, want a5", name(j))
+	}
+}
+
+func TestSchedulerCloseDrains(t *testing.T) {
+	t.Parallel()
+	s := newScheduler(2, 10)
+	a, b := uuid.New(), uuid.New()
+
+	// A worker blocked in take is woken by close.
+	woken := make(chan *job, 1)
+	go func() { woken <- s.take() }()
+	time.Sleep(20 * time.Millisecond) // let it block; it returns nil either way
+	s.close()
+	select {
+	case j := <-woken:
+		if j != nil {
+			t.Fatalf("blocked take returned %s after close, want nil", name(j))
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("close did not wake a blocked take")
+	}
+
+	s2 := newScheduler(1, 10)
+	s2.add(testJob(a, "a0"))
+	s2.add(testJob(a, "a1")) // backlog
+	s2.add(testJob(b, "b0"))
+	s2.close()
+	var got []string
+	for j := s2.take(); j != nil; j = s2.take() {
+		got = append(got, name(j))
+		s2.done(j) // promotes a1 even after close
+	}
+	if want := "[a0 b0 a1]"; fmt.Sprint(got) != want {
+		t.Errorf("after close took %v, want %s", got, want)
+	}
+	if j := takeWithin(t, s2, time.Second); j != nil {
+		t.Errorf("take on a closed, drained scheduler returned %s", name(j))
+	}
+	if s2.pending() != 0 {
+		t.Errorf("pending = %d, want 0", s2.pending())
+	}
+}
+
+// TestSchedulerConcurrent: under concurrent add, take and done, every job
+// accepted is taken exactly once and no subscription ever has more than its
+// bound running. Run with -race.
+func TestSchedulerConcurrent(t *testing.T) {
+	t.Parallel()
+	const (
+		perSub    = 3
+		backlog   = 8
+		subs      = 7
+		producers = 8
+		perProd   = 500
+		workers   = 16
+	)
+	s := newScheduler(perSub, backlog)
+	keys := make([]uuid.UUID, subs)
+	running := make(map[uuid.UUID]*atomic.Int32, subs)
+	for i := range keys {
+		keys[i] = uuid.New()
+		running[keys[i]] = &atomic.Int32{}
+	}
+
+	var (
+		mu       sync.Mutex
+		accepted = map[*job]bool{}
+		taken    = map[*job]int{}
+		over     atomic.Int32
+	)
+	var workersWG sync.WaitGroup
+	for range workers {
+		workersWG.Go(func() {
+			for j := s.take(); j != nil; j = s.take() {
+				if n := running[j.key].Add(1); n > perSub {
+					over.Add(1)
+				}
+				mu.Lock()
+				taken[j]++
+				n := len(taken)
+				mu.Unlock()
+				if n%7 == 0 {
+					time.Sleep(50 * time.Microsecond) // vary how long a job runs
+				}
+				running[j.key].Add(-1)
+				s.done(j)
+			}
+		})
+	}
+	var producersWG sync.WaitGroup
+	for p := range producers {
+		producersWG.Go(func() {
+			for i := range perProd {
+				j := testJob(keys[(p+i)%subs], fmt.Sprintf("p%d-%d", p, i))
+				for !s.add(j) {
+					// Backlog full: the dispatcher would defer the message;
+					// here the producer offers it again a little later.
+					time.Sleep(20 * time.Microsecond)
+				}
+				mu.Lock()
+				accepted[j] = true
+				mu.Unlock()
+			}
+		})
+	}
+	producersWG.Wait()
+
+	deadline := time.Now().Add(20 * time.Second)
+	for s.pending() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d jobs still pending 20 s after the last add", s.pending())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	s.close()
+	stopped := make(chan struct{})
+	go func() { workersWG.Wait(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("workers did not return after close")
+	}
+
+	if n := over.Load(); n > 0 {
+		t.Errorf("a subscription had more than %d jobs running %d times", perSub, n)
+	}
+	if len(accepted) != producers*perProd {
+		t.Fatalf("accepted %d jobs, want %d", len(accepted), producers*perProd)
+	}
+	for j := range accepted {
+		if taken[j] != 1 {
+			t.Errorf("job %s taken %d times, want once", name(j), taken[j])
+		}
+	}
+	if len(taken) != len(accepted) {
+		t.Errorf("took %d distinct jobs, accepted %d", len(taken), len(accepted))
+	}
+}
