@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 )
 
@@ -180,6 +181,19 @@ func DecodeCursor(cursor string) (string, error) {
 type Page struct {
 	Limit int
 	After string // sort key to start after; "" for the first page
+}
+
+// AfterID is the page's cursor as the id of the last item seen (uuid.Nil for
+// the first page), for lists ordered by time-ordered ids.
+func (p Page) AfterID() (uuid.UUID, error) {
+	if p.After == "" {
+		return uuid.Nil, nil
+	}
+	id, err := uuid.Parse(p.After)
+	if err != nil {
+		return uuid.Nil, Invalid("cursor", "is not a cursor this API returned")
+	}
+	return id, nil
 }
 
 // ParsePage reads ?limit= (1..max, default def) and ?cursor=.

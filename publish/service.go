@@ -326,10 +326,8 @@ func (s *Service) Events(ctx context.Context, ref, correlationID string, page ap
 		return nil, nil, err
 	}
 	q := EventQuery{RoomID: room.ID, CorrelationID: correlationID, Limit: page.Limit}
-	if page.After != "" {
-		if q.Before, err = uuid.Parse(page.After); err != nil {
-			return nil, nil, api.Invalid("cursor", "is not a cursor this API returned")
-		}
+	if q.Before, err = page.AfterID(); err != nil {
+		return nil, nil, err
 	}
 	evs, err := s.store.Events(ctx, q)
 	if err != nil {

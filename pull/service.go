@@ -174,29 +174,27 @@ func mark(results []Result, done []uuid.UUID, status string) []Result {
 
 // Ack settles leases as delivered.
 func (s *Service) Ack(ctx context.Context, roomRef, id string, ackIDs []string) ([]Result, error) {
-	_, sub, err := s.subs.Get(ctx, roomRef, id)
-	if err != nil {
-		return nil, err
-	}
-	ids, results := parseAckIDs(ackIDs)
-	now := s.now()
-	done, err := s.store.SettleLeases(ctx, Selector{SubscriptionID: sub.ID, AckIDs: ids, Now: now},
-		func(ls []Lease) ([]Settlement, error) {
-			out := make([]Settlement, len(ls))
-			for i, l := range ls {
-				out[i] = Settlement{AckID: l.AckID, SendID: l.SendID, Attempt: push.Attempt{Status: publish.StatusDelivered, At: now}}
-			}
-			return out, nil
-		})
-	if err != nil {
-		return nil, err
-	}
-	return mark(results, done, "acked"), nil
+	return s.settle(ctx, roomRef, id, ackIDs, "acked", func(_ rooms.Room, _ subscriptions.Subscription, l Lease, now time.Time) Settlement {
+		return Settlement{AckID: l.AckID, SendID: l.SendID, Attempt: push.Attempt{Status: publish.StatusDelivered, At: now}}
+	})
 }
 
 // Nack settles leases as failed: each is delivered again after its policy's
 // delay, or dead-lettered past the last attempt.
 func (s *Service) Nack(ctx context.Context, roomRef, id string, ackIDs []string) ([]Result, error) {
+	res, err := s.settle(ctx, roomRef, id, ackIDs, "nacked", func(room rooms.Room, sub subscriptions.Subscription, l Lease, now time.Time) Settlement {
+		return s.redeliver(room, sub, l, now, "nacked", true)
+	})
+	if err == nil {
+		s.relay.Notify()
+	}
+	return res, err
+}
+
+// settle applies one to each live lease of the subscription among ackIDs and
+// reports status for those it settled.
+func (s *Service) settle(ctx context.Context, roomRef, id string, ackIDs []string, status string,
+	one func(rooms.Room, subscriptions.Subscription, Lease, time.Time) Settlement) ([]Result, error) {
 	room, sub, err := s.subs.Get(ctx, roomRef, id)
 	if err != nil {
 		return nil, err
@@ -207,15 +205,14 @@ func (s *Service) Nack(ctx context.Context, roomRef, id string, ackIDs []string)
 		func(ls []Lease) ([]Settlement, error) {
 			out := make([]Settlement, len(ls))
 			for i, l := range ls {
-				out[i] = s.redeliver(room, sub, l, now, "nacked", true)
+				out[i] = one(room, sub, l, now)
 			}
 			return out, nil
 		})
 	if err != nil {
 		return nil, err
 	}
-	s.relay.Notify()
-	return mark(results, done, "nacked"), nil
+	return mark(results, done, status), nil
 }
 
 // ModifyAckDeadline moves the deadline of live leases to now + d; 0 gives

@@ -161,11 +161,9 @@ func (s *DeadLetters) list(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var after uuid.UUID
-	if page.After != "" {
-		if after, err = uuid.Parse(page.After); err != nil {
-			return api.Invalid("cursor", "is not a cursor this API returned")
-		}
+	after, err := page.AfterID()
+	if err != nil {
+		return err
 	}
 	dls, err := s.store.DeadLetters(c.Request().Context(), sub.ID, page.Limit, after)
 	if err != nil {
@@ -344,11 +342,9 @@ func (s *DeadLetters) deliveries(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	var before uuid.UUID
-	if page.After != "" {
-		if before, err = uuid.Parse(page.After); err != nil {
-			return api.Invalid("cursor", "is not a cursor this API returned")
-		}
+	before, err := page.AfterID()
+	if err != nil {
+		return err
 	}
 	ds, err := s.store.Deliveries(c.Request().Context(), sub.ID, page.Limit, before)
 	if err != nil {

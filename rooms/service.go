@@ -204,14 +204,11 @@ func (s *Service) Room(ctx context.Context, ref string) (Room, error) {
 
 // Rooms lists rooms in creation order.
 func (s *Service) Rooms(ctx context.Context, page api.Page) ([]Room, error) {
-	q := ListQuery{Limit: page.Limit}
-	if page.After != "" {
-		id, err := uuid.Parse(page.After)
-		if err != nil {
-			return nil, api.Invalid("cursor", "is not a cursor this API returned")
-		}
-		q.After = id
+	after, err := page.AfterID()
+	if err != nil {
+		return nil, err
 	}
+	q := ListQuery{Limit: page.Limit, After: after}
 	return s.store.Rooms(ctx, q)
 }
 

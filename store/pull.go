@@ -114,28 +114,9 @@ func (s *Leases) SettleLeases(ctx context.Context, sel pull.Selector, decide fun
 		if err != nil {
 			return err
 		}
-		var send sendRow
 		for _, st := range settlements {
-			if st.SendID != uuid.Nil {
-				a := st.Attempt
-				if err := tx.Model(&send).Where("id = ?", st.SendID).Updates(map[string]any{
-					"status": string(a.Status), "error": a.Error, "completed_at": a.At.UTC(),
-					"next_attempt_at": timePtr(a.NextAttemptAt),
-				}).Error; err != nil {
-					return err
-				}
-			}
-			if st.DeadLetter != nil {
-				row := toDeadLetterRow(*st.DeadLetter)
-				if err := tx.Create(&row).Error; err != nil {
-					return err
-				}
-			}
-			if st.Resend != nil {
-				row := toSendRow(*st.Resend)
-				if err := tx.Create(&row).Error; err != nil {
-					return err
-				}
+			if err := settleSend(tx, st.SendID, st.Attempt, st.DeadLetter, st.Resend, "", time.Time{}); err != nil {
+				return err
 			}
 			if err := tx.Where("ack_id = ?", st.AckID).Delete(&leaseRow{}).Error; err != nil {
 				return err

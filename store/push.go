@@ -95,38 +95,46 @@ func (s *Push) PushTarget(ctx context.Context, roomID, subscriptionID uuid.UUID)
 // Settle implements push.Log.
 func (s *Push) Settle(ctx context.Context, st push.Settlement) error {
 	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
-		if st.SendID != uuid.Nil {
-			a := st.Attempt
-			upd := map[string]any{
-				"status": string(a.Status), "error": a.Error, "response_body": a.Body,
-				"completed_at": a.At.UTC(), "claimed_until": nil, "next_attempt_at": timePtr(a.NextAttemptAt),
-			}
-			if a.StatusCode != 0 {
-				upd["status_code"] = a.StatusCode
-			}
-			if a.Latency > 0 {
-				upd["latency_ms"] = a.Latency.Milliseconds()
-			}
-			if err := tx.Model(&sendRow{}).Where("id = ?", st.SendID).Updates(upd).Error; err != nil {
-				return err
-			}
-		}
-		if st.DeadLetter != nil {
-			row := toDeadLetterRow(*st.DeadLetter)
-			if err := tx.Create(&row).Error; err != nil {
-				return err
-			}
-		}
-		if st.Resend != nil {
-			row := toSendRow(*st.Resend)
-			row.ClaimedBy, row.ClaimedUntil = st.Owner, timePtr(st.Until)
-			if err := tx.Create(&row).Error; err != nil {
-				return err
-			}
-		}
-		return nil
+		return settleSend(tx, st.SendID, st.Attempt, st.DeadLetter, st.Resend, st.Owner, st.Until)
 	})
 	return translate(err, nil, nil)
+}
+
+// settleSend records the outcome of the copy logged as sendID (when known),
+// stores a dead letter and the next copy (claimed by owner until until, or
+// left to the relay when owner is ""), within tx.
+func settleSend(tx *gorm.DB, sendID uuid.UUID, a push.Attempt, dl *push.DeadLetter, resend *publish.Send, owner string, until time.Time) error {
+	if sendID != uuid.Nil {
+		upd := map[string]any{
+			"status": string(a.Status), "error": a.Error, "response_body": a.Body,
+			"completed_at": a.At.UTC(), "claimed_until": nil, "next_attempt_at": timePtr(a.NextAttemptAt),
+		}
+		if a.StatusCode != 0 {
+			upd["status_code"] = a.StatusCode
+		}
+		if a.Latency > 0 {
+			upd["latency_ms"] = a.Latency.Milliseconds()
+		}
+		if err := tx.Model(&sendRow{}).Where("id = ?", sendID).Updates(upd).Error; err != nil {
+			return err
+		}
+	}
+	if dl != nil {
+		row := toDeadLetterRow(*dl)
+		if err := tx.Create(&row).Error; err != nil {
+			return err
+		}
+	}
+	if resend != nil {
+		row := toSendRow(*resend)
+		if owner != "" {
+			row.ClaimedBy, row.ClaimedUntil = owner, timePtr(until)
+		}
+		if err := tx.Create(&row).Error; err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // MarkSent implements push.Log.

@@ -310,12 +310,8 @@ func (svc *Service) List(ctx context.Context, roomRef string, q Query, page api.
 	}
 	q.RoomID = room.ID
 	q.Limit = page.Limit
-	if page.After != "" {
-		id, err := uuid.Parse(page.After)
-		if err != nil {
-			return nil, api.Invalid("cursor", "is not a cursor this API returned")
-		}
-		q.After = id
+	if q.After, err = page.AfterID(); err != nil {
+		return nil, err
 	}
 	return svc.store.Subscriptions(ctx, q)
 }
