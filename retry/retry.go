@@ -49,7 +49,9 @@ func (s Step) Draw(u float64) time.Duration {
 	if s.Jitter > 0 {
 		ms *= 1 - s.Jitter + 2*s.Jitter*u
 	}
-	d := time.Duration(math.Floor(ms)) * time.Millisecond
+	// The epsilon keeps products that are whole in exact arithmetic (5000 ×
+	// 1.3) from flooring one below through binary rounding.
+	d := time.Duration(math.Floor(ms+1e-6)) * time.Millisecond
 	if s.Max > 0 && d > s.Max {
 		d = s.Max
 	}

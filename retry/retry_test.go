@@ -234,7 +234,7 @@ func TestValidate(t *testing.T) {
 		{"negative count", rooms.RetryPolicy{BackoffRetries: ptr(-1)}, true, "retryPolicy.backoffRetries"},
 		{"negative delay", rooms.RetryPolicy{MinimumDelay: ptr(int64(-5))}, true, "retryPolicy.minimumDelay"},
 		{"MIN > MAX", rooms.RetryPolicy{MinimumDelay: ptr(int64(9000)), MaximumDelay: ptr(int64(8000))}, true, "retryPolicy.maximumDelay"},
-		{"MIN > default MAX", rooms.RetryPolicy{MinimumDelay: ptr(int64(40000))}, true, "retryPolicy.maximumDelay"},
+		{"MIN > default MAX", rooms.RetryPolicy{MinimumDelay: ptr(int64(40000))}, true, "retryPolicy.minimumDelay"}, // the field sent,
 		{"geometric from 0", rooms.RetryPolicy{MinimumDelay: ptr(int64(0)), RetryBackoffFunction: fn("geometric")}, true, "retryPolicy.minimumDelay"},
 		{"unknown function", rooms.RetryPolicy{RetryBackoffFunction: fn("fibonacci")}, true, "retryPolicy.retryBackoffFunction"},
 		{"jitter above 1", rooms.RetryPolicy{Jitter: ptr(1.5)}, true, "retryPolicy.jitter"},

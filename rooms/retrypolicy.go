@@ -1,8 +1,11 @@
 package rooms
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/roomhub/messaging-api/api"
 )
@@ -51,6 +54,22 @@ type RetryPolicy struct {
 	IgnoreSubscriptionOverride *bool `json:"ignoreSubscriptionOverride,omitempty"`
 }
 
+// UnmarshalJSON decodes strictly, naming an unknown field with its path.
+func (p *RetryPolicy) UnmarshalJSON(b []byte) error {
+	type plain RetryPolicy // without this method
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var v plain
+	if err := dec.Decode(&v); err != nil {
+		if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return &api.FieldError{Field: "retryPolicy." + strings.Trim(name, `"`), Message: "unknown field"}
+		}
+		return err
+	}
+	*p = RetryPolicy(v)
+	return nil
+}
+
 // Resolved is a RetryPolicy with its defaults filled in.
 type Resolved struct {
 	RetriesWithNoDelay         int     `json:"retriesWithNoDelay"`
@@ -89,9 +108,11 @@ func (p RetryPolicy) Resolve() Resolved {
 // Validate reports every problem with p under prefix ("retryPolicy").
 // onRoom allows ignoreSubscriptionOverride.
 func (p RetryPolicy) Validate(prefix string, onRoom bool, probs *api.Problems) {
+	countsOK := true
 	count := func(name string, v *int) {
 		if v != nil && (*v < 0 || *v > MaxPhaseRetries) {
 			probs.Add(prefix+"."+name, fmt.Sprintf("must be from 0 to %d", MaxPhaseRetries))
+			countsOK = false
 		}
 	}
 	count("retriesWithNoDelay", p.RetriesWithNoDelay)
@@ -108,7 +129,11 @@ func (p RetryPolicy) Validate(prefix string, onRoom bool, probs *api.Problems) {
 	okMin, okMax := delay("minimumDelay", p.MinimumDelay), delay("maximumDelay", p.MaximumDelay)
 	r := p.Resolve()
 	if okMin && okMax && r.MinimumDelay > r.MaximumDelay {
-		probs.Add(prefix+".maximumDelay", fmt.Sprintf("must be at least minimumDelay (%d ms)", r.MinimumDelay))
+		if p.MaximumDelay == nil { // name the field that was sent
+			probs.Add(prefix+".minimumDelay", fmt.Sprintf("must be at most maximumDelay (%d ms by default)", r.MaximumDelay))
+		} else {
+			probs.Add(prefix+".maximumDelay", fmt.Sprintf("must be at least minimumDelay (%d ms)", r.MinimumDelay))
+		}
 	}
 	switch r.RetryBackoffFunction {
 	case BackoffLinear, BackoffArithmetic, BackoffExponential:
@@ -125,7 +150,7 @@ func (p RetryPolicy) Validate(prefix string, onRoom bool, probs *api.Problems) {
 	if p.IgnoreSubscriptionOverride != nil && !onRoom {
 		probs.Add(prefix+".ignoreSubscriptionOverride", "is a room setting; a subscription cannot carry it")
 	}
-	if total := r.RetriesWithNoDelay + r.MinimumDelayRetries + r.BackoffRetries + r.MaximumDelayRetries; total+1 > MaxTotalAttempts {
+	if total := r.RetriesWithNoDelay + r.MinimumDelayRetries + r.BackoffRetries + r.MaximumDelayRetries; countsOK && total+1 > MaxTotalAttempts {
 		probs.Add(prefix, fmt.Sprintf("allows %d attempts; at most %d", total+1, MaxTotalAttempts))
 	}
 }
