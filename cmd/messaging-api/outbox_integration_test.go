@@ -26,6 +26,9 @@ import (
 // it in CI) when none is configured.
 func realBroker(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: no real broker")
+	}
 	u := os.Getenv("BROKER_TEST_URL")
 	if u == "" {
 		if os.Getenv("CI") == "true" {

@@ -47,6 +47,9 @@ func Open(t testing.TB, d store.Dialect) *store.DB {
 // when it cannot be reached.
 func PostgresURL(t testing.TB) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: no PostgreSQL")
+	}
 	base := os.Getenv("TEST_DATABASE_URL")
 	if base == "" {
 		base = DefaultPostgresURL
