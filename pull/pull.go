@@ -77,7 +77,9 @@ type Selector struct {
 
 // Store keeps leases.
 type Store interface {
-	AddLeases(ctx context.Context, leases []Lease) error
+	// AddLeases stores leases, and settles (without a lease) the copies that
+	// expired before they could be leased, in one transaction.
+	AddLeases(ctx context.Context, leases []Lease, expired []Settlement) error
 	// SettleLeases locks the leases sel picks (skipping ones another process
 	// holds), applies decide's settlements and deletes those leases, in one
 	// transaction, and returns the ack ids it settled. decide must not touch

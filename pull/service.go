@@ -80,21 +80,27 @@ func (s *Service) Pull(ctx context.Context, roomRef, id string, n int, wait time
 	}
 	now := s.now()
 	leases := make([]Lease, 0, len(got))
-	var expired []*broker.Delivery
+	var expired []Settlement
 	for _, d := range got {
-		if !d.Expires.IsZero() && !now.Before(d.Expires) {
-			expired = append(expired, d)
-			continue
-		}
 		sendID, _ := uuid.Parse(d.Headers[publish.HeaderSendID])
-		leases = append(leases, Lease{
+		l := Lease{
 			AckID: uuid.Must(uuid.NewV7()), SubscriptionID: sub.ID, RoomID: sub.RoomID, SendID: sendID,
 			Event: push.EventOf(d), Attempt: max(d.Attempt, 1), Deadline: now.Add(sub.AckDeadline), LeasedAt: now,
-		})
+		}
+		if !l.Event.ExpiresAt.IsZero() && !now.Before(l.Event.ExpiresAt) {
+			// Never returned: it becomes a dead letter, as an expired push does.
+			const why = "expired before it was pulled"
+			expired = append(expired, Settlement{SendID: sendID,
+				Attempt:    push.Attempt{Status: publish.StatusExpired, Error: why, At: now},
+				DeadLetter: s.deadLetter(l, push.ReasonExpired, why, now)})
+			s.logger.InfoContext(ctx, "pull: expired message dead-lettered", slog.String("correlation_id", d.CorrelationID))
+			continue
+		}
+		leases = append(leases, l)
 	}
 	// The lease is stored before the broker forgets the message: a crash
 	// between the two gives a duplicate, never a loss.
-	if err := s.store.AddLeases(ctx, leases); err != nil {
+	if err := s.store.AddLeases(ctx, leases, expired); err != nil {
 		return nil, err
 	}
 	for _, d := range got {
@@ -102,9 +108,6 @@ func (s *Service) Pull(ctx context.Context, roomRef, id string, n int, wait time
 			s.logger.WarnContext(ctx, "pull: broker ack failed; the message will come again", slog.Any("error", err),
 				slog.String("correlation_id", d.CorrelationID))
 		}
-	}
-	for _, d := range expired {
-		s.logger.InfoContext(ctx, "pull: expired message dropped", slog.String("correlation_id", d.CorrelationID))
 	}
 	out := make([]Message, len(leases))
 	for i, l := range leases {
@@ -235,6 +238,10 @@ func (s *Service) ModifyAckDeadline(ctx context.Context, roomRef, id string, ack
 // delay (none when withDelay is false), or a dead letter.
 func (s *Service) redeliver(room rooms.Room, sub subscriptions.Subscription, l Lease, now time.Time, why string, withDelay bool) Settlement {
 	st := Settlement{AckID: l.AckID, SendID: l.SendID, Attempt: push.Attempt{Status: publish.StatusFailed, Error: why, At: now}}
+	if sub.Status == subscriptions.StatusTerminated {
+		st.Attempt.Status, st.Attempt.Error = publish.StatusDropped, why+"; the subscription is terminated"
+		return st
+	}
 	step, ok := retry.For(room, sub).Next(l.Attempt)
 	var delay time.Duration
 	if withDelay {
@@ -247,7 +254,8 @@ func (s *Service) redeliver(room rooms.Room, sub subscriptions.Subscription, l L
 		st.DeadLetter = s.deadLetter(l, push.ReasonExhausted, why, now)
 	case !l.Event.ExpiresAt.IsZero() && !next.Before(l.Event.ExpiresAt):
 		st.Attempt.Status = publish.StatusDeadLettered
-		st.DeadLetter = s.deadLetter(l, push.ReasonExpired, why+"; would expire before the next attempt", now)
+		st.Attempt.Error = why + "; would expire before the next attempt"
+		st.DeadLetter = s.deadLetter(l, push.ReasonExpired, st.Attempt.Error, now)
 	default:
 		st.Attempt.NextAttemptAt = next
 		st.Resend = &publish.Send{

@@ -75,15 +75,25 @@ func (r leaseRow) domain() pull.Lease {
 }
 
 // AddLeases implements pull.Store.
-func (s *Leases) AddLeases(ctx context.Context, leases []pull.Lease) error {
-	if len(leases) == 0 {
+func (s *Leases) AddLeases(ctx context.Context, leases []pull.Lease, expired []pull.Settlement) error {
+	err := s.db.gorm.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if len(leases) > 0 {
+			rows := make([]leaseRow, len(leases))
+			for i, l := range leases {
+				rows[i] = toLeaseRow(l)
+			}
+			if err := tx.Create(rows).Error; err != nil {
+				return err
+			}
+		}
+		for _, st := range expired {
+			if err := settleSend(tx, st.SendID, st.Attempt, st.DeadLetter, st.Resend, "", time.Time{}); err != nil {
+				return err
+			}
+		}
 		return nil
-	}
-	rows := make([]leaseRow, len(leases))
-	for i, l := range leases {
-		rows[i] = toLeaseRow(l)
-	}
-	return translate(s.db.gorm.WithContext(ctx).Create(rows).Error, nil, nil)
+	})
+	return translate(err, nil, nil)
 }
 
 // SettleLeases implements pull.Store.
@@ -131,19 +141,16 @@ func (s *Leases) SettleLeases(ctx context.Context, sel pull.Selector, decide fun
 	return settled, nil
 }
 
-// ExtendLeases implements pull.Store.
+// ExtendLeases implements pull.Store: one UPDATE … RETURNING, so a lease the
+// reaper settles meanwhile is not reported extended.
 func (s *Leases) ExtendLeases(ctx context.Context, subscriptionID uuid.UUID, ackIDs []uuid.UUID, deadline, now time.Time) ([]uuid.UUID, error) {
 	if len(ackIDs) == 0 {
 		return nil, nil
 	}
 	var live []uuid.UUID
-	err := s.db.gorm.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := tx.Model(&leaseRow{}).Where("subscription_id = ? AND ack_id IN ? AND deadline > ?", subscriptionID, ackIDs, now.UTC()).
-			Pluck("ack_id", &live).Error; err != nil || len(live) == 0 {
-			return err
-		}
-		return tx.Model(&leaseRow{}).Where("ack_id IN ?", live).Update("deadline", deadline.UTC()).Error
-	})
+	err := s.db.gorm.WithContext(ctx).Raw(`UPDATE pull_leases SET deadline = ?
+		WHERE subscription_id = ? AND ack_id IN ? AND deadline > ? RETURNING ack_id`,
+		deadline.UTC(), subscriptionID, ackIDs, now.UTC()).Scan(&live).Error
 	if err != nil {
 		return nil, translate(err, nil, nil)
 	}
