@@ -21,11 +21,11 @@ const (
 	HeaderSubscriptionID = "x-subscription-id"
 	HeaderEventType      = "x-event-type"
 	HeaderEventVersion   = "x-event-version"
-	HeaderPublishedAt    = "x-published-at" // epoch ms
+	HeaderPublishedAt    = "x-published-at" // epoch µs
 	HeaderSendID         = "x-send-id"      // the published_messages row of this copy
-	// HeaderExpiresAt carries a PUSH copy's expiry (epoch ms) instead of the
-	// broker's expires: an expired push message must become a dead letter,
-	// which only the dispatcher can make; the broker would drop it silently.
+	// HeaderExpiresAt carries a copy's expiry (epoch ms) instead of the
+	// broker's expires: an expired message must become a dead letter, which
+	// only the dispatcher or a pull can make; the broker would drop it silently.
 	HeaderExpiresAt = "x-expires-at"
 	// AttributePrefix prefixes each publisher attribute's header name.
 	AttributePrefix = "x-attr-"
@@ -207,14 +207,14 @@ func Message(p Pending, now time.Time) broker.Message {
 		HeaderSubscriptionID: p.SubscriptionID.String(),
 		HeaderEventType:      p.Event.EventType,
 		HeaderEventVersion:   strconv.Itoa(p.Event.Version),
-		HeaderPublishedAt:    strconv.FormatInt(p.Event.PublishedAt.UnixMilli(), 10),
+		HeaderPublishedAt:    strconv.FormatInt(p.Event.PublishedAt.UnixMicro(), 10),
 		HeaderSendID:         p.ID.String(),
 	}
 	for k, v := range p.Event.Attributes {
 		h[AttributePrefix+k] = v
 	}
 	expires := p.Event.ExpiresAt
-	if p.SubscriptionType == "PUSH" && !expires.IsZero() {
+	if !expires.IsZero() {
 		h[HeaderExpiresAt] = strconv.FormatInt(expires.UnixMilli(), 10)
 		expires = time.Time{}
 	}

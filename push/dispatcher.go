@@ -435,8 +435,8 @@ func EventOf(d *broker.Delivery) publish.Event {
 	ev.ID, _ = uuid.Parse(d.Headers[publish.HeaderEventID])
 	ev.RoomID, _ = uuid.Parse(d.Headers[publish.HeaderRoomID])
 	ev.Version, _ = strconv.Atoi(d.Headers[publish.HeaderEventVersion])
-	if ms, err := strconv.ParseInt(d.Headers[publish.HeaderPublishedAt], 10, 64); err == nil {
-		ev.PublishedAt = time.UnixMilli(ms).UTC()
+	if us, err := strconv.ParseInt(d.Headers[publish.HeaderPublishedAt], 10, 64); err == nil {
+		ev.PublishedAt = time.UnixMicro(us).UTC()
 	}
 	for k, v := range d.Headers {
 		if name, ok := strings.CutPrefix(k, publish.AttributePrefix); ok {

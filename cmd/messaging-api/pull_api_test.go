@@ -954,7 +954,7 @@ func patCheckMessage(t *testing.T, m patMessage, ev patEvent, attempt int, from,
 	}
 	if m.EventID != ev.EventID || m.CorrelationID != ev.CorrelationID || m.EventType != "tick" || m.EventTypeVersion != 1 ||
 		m.Attempt != attempt || string(m.Payload) != string(ev.Payload) || fmt.Sprint(m.Attributes) != fmt.Sprint(ev.Attributes) ||
-		!m.PublishedAt.Equal(ev.PublishedAt.Truncate(time.Millisecond)) {
+		!m.PublishedAt.Equal(ev.PublishedAt) {
 		t.Errorf("pulled %+v, want attempt %d of %+v", m, attempt, ev)
 	}
 	patWithin(t, "ackDeadline", m.AckDeadline, from, to, d)

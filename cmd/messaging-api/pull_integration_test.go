@@ -1,0 +1,269 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/roomhub/messaging-api/store/storetest"
+)
+
+// plActiveMQTolerance is how much later than planned a nacked message may
+// be answered through ActiveMQ Classic's scheduler (AMQ_SCHEDULED_DELAY),
+// which releases due messages in rounds. Measured on this machine (ActiveMQ
+// 5.17, 2 cores, -count=1), 22 gaps over 11 runs of TestPullActiveMQ: +10 to
+// +514 ms (the 400 ms gap anywhere in that range, the 800 ms one +84 to
+// +108 ms), never early.
+const plActiveMQTolerance = 700 * time.Millisecond
+
+// plBrokerEnv is the environment of a service on the real broker and the
+// PostgreSQL schema dbURL, with a push queue of its own: services of other
+// tests consuming one shared push queue would take (and, finding no such
+// subscription in their database, drop) each other's messages.
+func plBrokerEnv(t *testing.T, brokerURL, dbURL string) map[string]string {
+	t.Helper()
+	b := make([]byte, 6)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return map[string]string{
+		"BROKER_URL":           brokerURL,
+		"DATABASE_URL":         dbURL,
+		"PUSH_QUEUE":           "pull-test-push-" + hex.EncodeToString(b),
+		"OUTBOX_POLL_INTERVAL": "200ms",
+	}
+}
+
+// TestPullActiveMQ: against ActiveMQ Classic and PostgreSQL, pulled and
+// acked messages never come back, and a nacked one comes back after
+// deliveryDelay × multiplier^k (400 ms, then 800 ms), never earlier.
+func TestPullActiveMQ(t *testing.T) {
+	brokerURL := realBroker(t)
+	c := client{t: t, base: startService(t, plBrokerEnv(t, brokerURL, storetest.PostgresSchemaURL(t)))}
+	sub := plSetup(c, plRoom("amq-pull"), `"deliveryDelay":200,"deliveryDelayMultiplier":2,"deliveryAttempts":4`, `"ackDeadline":1000`)
+
+	pubs := map[string]plPublished{}
+	for n := range 3 {
+		p := plPublish(c, sub.room, n)
+		pubs[p.EventID] = p
+	}
+	got := sub.pullN(3, 10*time.Second)
+	ids := make([]string, len(got))
+	for i, m := range got {
+		p, ok := pubs[m.EventID]
+		if !ok || m.Attempt != 1 || m.CorrelationID != p.CorrelationID || string(m.Payload) != p.payload {
+			t.Fatalf("pulled %+v, want one of %v at attempt 1", m, pubs)
+		}
+		delete(pubs, m.EventID)
+		ids[i] = m.AckID
+	}
+	plWantResults(t, "ack", sub.ack(ids...), ids, "acked", "acked", "acked")
+	sub.pullNone(1500) // past the 1 s ack deadline and a reaper round
+
+	p := plPublish(c, sub.room, 9)
+	m, _ := sub.pullOne(10 * time.Second)
+	for k, planned := range []time.Duration{400 * time.Millisecond, 800 * time.Millisecond} {
+		if m.Attempt != k+1 || m.EventID != p.EventID {
+			t.Fatalf("pulled %+v, want attempt %d of %s", m, k+1, p.EventID)
+		}
+		nackedAt := time.Now()
+		plWantResults(t, "nack", sub.nack(m.AckID), []string{m.AckID}, "nacked")
+		var at time.Time
+		m, at = sub.pullOne(10 * time.Second)
+		plGap(t, fmt.Sprintf("ActiveMQ redelivery after nack of attempt %d", k+1), at.Sub(nackedAt), planned, plActiveMQTolerance)
+	}
+	if m.Attempt != 3 {
+		t.Fatalf("third pull: attempt %d", m.Attempt)
+	}
+	plWantResults(t, "ack", sub.ack(m.AckID), []string{m.AckID}, "acked")
+	sub.waitLog(p.EventID, plLogRow{status: "failed", err: "nacked"}, plLogRow{status: "failed", err: "nacked", delay: 400}, plLogRow{status: "delivered", delay: 800})
+	sub.pullNone(1500)
+}
+
+// TestPullTwoProcesses: two API processes on one database and broker share
+// leases: a message pulled from one is acked (or nacked) through the other,
+// and an acked one is never delivered again by either.
+func TestPullTwoProcesses(t *testing.T) {
+	t.Parallel()
+	brokerURL := realBroker(t)
+	env := plBrokerEnv(t, brokerURL, storetest.PostgresSchemaURL(t))
+	a := client{t: t, base: startService(t, env)}
+	b := client{t: t, base: startService(t, env)}
+	subA := plSetup(a, plRoom("amq-two"), `"deliveryDelay":100,"deliveryDelayMultiplier":2,"deliveryAttempts":3`, `"ackDeadline":1000`)
+	subB := subA.on(b)
+
+	pubs := map[string]bool{}
+	for n := range 4 {
+		pubs[plPublish(b, subA.room, n).EventID] = true
+	}
+	got := subA.pullN(4, 10*time.Second)
+	for _, m := range got {
+		if !pubs[m.EventID] || m.Attempt != 1 {
+			t.Fatalf("pulled %+v", m)
+		}
+	}
+	acked := []string{got[0].AckID, got[1].AckID, got[2].AckID}
+	plWantResults(t, "ack through B of leases taken through A", subB.ack(acked...), acked, "acked", "acked", "acked")
+	plWantResults(t, "ack again through A", subA.ack(acked...), acked, "unknown", "unknown", "unknown")
+	plWantResults(t, "nack through B", subB.nack(got[3].AckID), []string{got[3].AckID}, "nacked")
+
+	again, _ := subB.pullOne(10 * time.Second)
+	if again.EventID != got[3].EventID || again.Attempt != 2 {
+		t.Fatalf("after the nack through B: %+v, want attempt 2 of %s", again, got[3].EventID)
+	}
+	plWantResults(t, "ack through A of a lease taken through B", subA.ack(again.AckID), []string{again.AckID}, "acked")
+
+	// Longer than the ack deadline and two reaper rounds of each process:
+	// nothing acked comes back, through either.
+	subA.pullNone(1500)
+	subB.pullNone(1000)
+	for _, m := range got[:3] {
+		subA.waitLog(m.EventID, plLogRow{status: "delivered"})
+	}
+	subB.waitLog(got[3].EventID, plLogRow{status: "failed", err: "nacked"}, plLogRow{status: "delivered", delay: 200})
+}
+
+// plProcess is the service binary running as a child process.
+type plProcess struct {
+	cmd  *exec.Cmd
+	base string
+	logs *syncBuffer
+}
+
+// plStart runs bin serve with env on a free port and waits until it is
+// ready; it is killed when the test ends, and its logs shown if it failed.
+func plStart(t *testing.T, bin string, env map[string]string) *plProcess {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	p := &plProcess{cmd: exec.Command(bin, "serve"), base: "http://" + addr, logs: &syncBuffer{}}
+	p.cmd.Env = append(os.Environ(), "HTTP_ADDR="+addr, "LOG_LEVEL=warn")
+	for k, v := range env {
+		p.cmd.Env = append(p.cmd.Env, k+"="+v)
+	}
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		_ = p.cmd.Wait()
+		if t.Failed() {
+			t.Logf("serve (pid %d) logs:\n%s", p.cmd.Process.Pid, p.logs.String())
+		}
+	})
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if resp, err := http.Get(p.base + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return p
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve not ready within 20 s; logs:\n%s", p.logs.String())
+		}
+	}
+}
+
+// TestPullSurvivesKill: a process SIGKILLed with leases outstanding loses
+// none. The leases are in the database, so the next process takes acks of
+// some of them, and its reaper redelivers the others after their deadline;
+// every message is pulled again or acked, none twice once acked.
+func TestPullSurvivesKill(t *testing.T) {
+	t.Parallel()
+	brokerURL := realBroker(t)
+	bin := filepath.Join(t.TempDir(), "messaging-api")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	env := plBrokerEnv(t, brokerURL, storetest.PostgresSchemaURL(t))
+
+	first := plStart(t, bin, env)
+	c := client{t: t, base: first.base}
+	sub := plSetup(c, plRoom("amq-kill-pull"), "", `"ackDeadline":2000`)
+	pubs := map[string]bool{}
+	for n := range 10 {
+		pubs[plPublish(c, sub.room, n).EventID] = true
+	}
+	// Wait until all ten are in the queue, so that one pull leases them all.
+	deadline := time.Now().Add(10 * time.Second)
+	for n := 0; n < 10; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 10 sends confirmed by the broker within 10 s", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+		n = 0
+		for id := range pubs {
+			if ds := sub.deliveries(id); len(ds) == 1 && ds[0].Status == "sent" {
+				n++
+			}
+		}
+	}
+	leased := sub.pullN(10, 10*time.Second)
+	earliest := leased[0].AckDeadline
+	for _, m := range leased {
+		if !pubs[m.EventID] || m.Attempt != 1 {
+			t.Fatalf("pulled %+v", m)
+		}
+		if m.AckDeadline.Before(earliest) {
+			earliest = m.AckDeadline
+		}
+	}
+	if err := first.cmd.Process.Kill(); err != nil { // SIGKILL: no shutdown code runs
+		t.Fatal(err)
+	}
+	_ = first.cmd.Wait()
+	killedAt := time.Now()
+
+	second := plStart(t, bin, env)
+	t.Logf("the second process was ready %v after the kill, %v before the earliest ack deadline",
+		time.Since(killedAt).Round(time.Millisecond), time.Until(earliest).Round(time.Millisecond))
+	sub = sub.on(client{t: t, base: second.base})
+	ackNow := []string{leased[0].AckID, leased[1].AckID, leased[2].AckID, leased[3].AckID}
+	if time.Now().After(earliest) {
+		t.Fatalf("the second process started after the leases' deadline (%v): too slow to test acks", earliest)
+	}
+	plWantResults(t, "acks through the new process", sub.ack(ackNow...), ackNow, "acked", "acked", "acked", "acked")
+
+	// The other six come back, from attempt 2, once their deadline passed.
+	want := map[string]time.Time{} // event id → its lease's deadline
+	for _, m := range leased[4:] {
+		want[m.EventID] = m.AckDeadline
+	}
+	back := sub.pullN(6, 10*time.Second)
+	var backIDs []string
+	for _, m := range back {
+		old, ok := want[m.EventID]
+		if !ok || m.Attempt != 2 {
+			t.Fatalf("after the kill: pulled %s attempt %d, want one of the six unacked at attempt 2", m.EventID, m.Attempt)
+		}
+		// The new lease started (its deadline less the 2 s) after the old one ended.
+		if pulled := m.AckDeadline.Add(-2 * time.Second); pulled.Before(old) {
+			t.Errorf("%s pulled again at %v, before its lease's deadline %v", m.EventID, pulled, old)
+		}
+		delete(want, m.EventID)
+		backIDs = append(backIDs, m.AckID)
+	}
+	if len(want) != 0 {
+		t.Fatalf("never redelivered: %v", want)
+	}
+	sub.ack(backIDs...)
+	sub.pullNone(2500) // past another ack deadline: nothing else comes
+	for _, m := range leased[:4] {
+		sub.waitLog(m.EventID, plLogRow{status: "delivered"})
+	}
+	for _, m := range leased[4:] {
+		sub.waitLog(m.EventID, plLogRow{status: "failed", err: "ack deadline exceeded"}, plLogRow{status: "delivered"})
+	}
+}
