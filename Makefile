@@ -69,6 +69,17 @@ broker-start: ## start the local ActiveMQ Classic in the background (STOMP on 61
 broker-stop: ## stop the local ActiveMQ Classic
 	bash scripts/activemq.sh stop
 
+.PHONY: bench bench-smoke
+bench: ## benchmark the service against the raw broker (local ActiveMQ Classic + PostgreSQL); table on stdout, bench.json
+	bash scripts/activemq.sh start
+	$(GO) run ./cmd/msgbench -broker '$(LOCAL_BROKER_URL)' $(BENCH_FLAGS)
+bench-smoke: ## run the benchmark with tiny parameters and check every figure (local broker when installed, else embedded)
+	@if bash scripts/activemq.sh installed; then \
+		bash scripts/activemq.sh start && \
+		export BROKER_TEST_URL="$${BROKER_TEST_URL:-$(LOCAL_BROKER_URL)}"; \
+	fi; \
+	$(GO) test -count=1 -run 'TestSmoke|TestCheck' -v ./cmd/msgbench
+
 .PHONY: clean
 clean: ## remove build output and local data
 	rm -rf bin data .local

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/roomhub/messaging-api/store/storetest"
+)
+
+// TestSmoke runs the whole benchmark with tiny parameters: against the
+// embedded broker and SQLite, or, when BROKER_TEST_URL is set, against that
+// broker and the PostgreSQL of TEST_DATABASE_URL. Every figure must come out
+// present and positive, and the JSON file must hold what the table shows.
+func TestSmoke(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the service and the whole benchmark (-short)")
+	}
+	jsonPath := filepath.Join(t.TempDir(), "bench.json")
+	args := []string{
+		"-json", jsonPath, "-duration", "1s", "-messages", "200", "-pullers", "2", "-concurrency", "4",
+		"-retries", "2", "-retry-delays", "1s,2s", "-push-timeout", "1s", "-hang-share", "0.1", "-timeout", "8m",
+	}
+	if u := os.Getenv("BROKER_TEST_URL"); u != "" {
+		db := os.Getenv("TEST_DATABASE_URL")
+		if db == "" {
+			db = storetest.DefaultPostgresURL
+		}
+		args = append(args, "-broker", u, "-db", db)
+		t.Logf("real broker %s and PostgreSQL", u)
+	} else {
+		args = append(args, "-embedded")
+		t.Log("BROKER_TEST_URL not set: embedded broker and SQLite")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	if err := run(ctx, args, &stdout, &stderr); err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	t.Logf("table:\n%s", stdout.String())
+
+	raw, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatalf("bench.json: %v", err)
+	}
+	if err := rep.check(); err != nil {
+		t.Errorf("figures:\n%v", err)
+	}
+	for _, f := range rep.Figures {
+		if !strings.Contains(stdout.String(), f.Name) {
+			t.Errorf("figure %q is in the JSON but not in the table", f.Name)
+		}
+	}
+	if rep.Machine.CPUs < 1 || rep.Command == "" {
+		t.Errorf("machine or command missing: %+v %q", rep.Machine, rep.Command)
+	}
+}
+
+// TestCheckCatchesBadFigures: the smoke test's check fails on a missing, a
+// zero, a negative, a NaN figure and a missing ratio, and passes a complete
+// report.
+func TestCheckCatchesBadFigures(t *testing.T) {
+	t.Parallel()
+	complete := func() *Report {
+		r := &Report{}
+		for _, k := range requiredFigures {
+			r.add(Figure{Key: k, Value: 1})
+		}
+		for i := range r.Figures {
+			for _, k := range ratioFigures {
+				if r.Figures[i].Key == k {
+					r.Figures[i].Ratio, r.Figures[i].Versus = 0.5, "baseline.send"
+				}
+			}
+		}
+		r.evaluate()
+		return r
+	}
+	if err := complete().check(); err != nil {
+		t.Fatalf("a complete report fails: %v", err)
+	}
+	tests := []struct {
+		name  string
+		spoil func(r *Report)
+		want  string
+	}{
+		{"missing", func(r *Report) { r.Figures = r.Figures[1:] }, "is missing"},
+		{"zero", func(r *Report) { r.Figures[0].Value = 0 }, "want a positive number"},
+		{"negative", func(r *Report) { r.Figures[0].Value = -3 }, "want a positive number"},
+		{"NaN", func(r *Report) { r.Figures[0].Value = math.NaN() }, "want a positive number"},
+		{"no ratio", func(r *Report) {
+			for i := range r.Figures {
+				if r.Figures[i].Key == "push.rate" {
+					r.Figures[i].Versus = ""
+				}
+			}
+		}, "no positive ratio"},
+		{"no targets", func(r *Report) { r.Targets = nil }, "no targets"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			r := complete()
+			tt.spoil(r)
+			err := r.check()
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("check() = %v, want an error containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	t.Parallel()
+	ds := []time.Duration{5, 1, 4, 2, 3, 10, 9, 8, 7, 6}
+	for _, tt := range []struct {
+		p    float64
+		want time.Duration
+	}{{50, 5}, {90, 9}, {99, 10}, {100, 10}, {1, 1}} {
+		if got := percentile(ds, tt.p); got != tt.want {
+			t.Errorf("percentile(%v) = %v, want %v", tt.p, got, tt.want)
+		}
+	}
+	if got := percentile(nil, 50); got != 0 {
+		t.Errorf("percentile of nothing = %v", got)
+	}
+}
+
+func TestRequireLoopback(t *testing.T) {
+	t.Parallel()
+	for raw, ok := range map[string]bool{
+		"stomp://127.0.0.1:61623?dialect=activemq":       true,
+		"postgres://postgres@localhost:5432/test":        true,
+		"stomp://[::1]:61613":                            true,
+		"stomp://127.3.2.1:61613":                        true,
+		"stomp://10.0.0.5:61613":                         false,
+		"postgres://u@db.example.com:5432/x":             false,
+		"stomp://192.168.1.2:61613?dialect=artemis":      false,
+		"postgres://postgres@0.0.0.0:5432/test?ssl=true": false,
+	} {
+		if err := requireLoopback(raw); (err == nil) != ok {
+			t.Errorf("requireLoopback(%q) = %v, want ok=%v", raw, err, ok)
+		}
+	}
+}
+
+func TestReadProcStats(t *testing.T) {
+	t.Parallel()
+	st, err := readProcStats(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.hwm <= 0 || st.rss <= 0 || st.hwm < st.rss {
+		t.Errorf("stats of this process: %+v", st)
+	}
+}

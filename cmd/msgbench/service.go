@@ -1,0 +1,270 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/roomhub/messaging-api/broker"
+)
+
+// servicePackage is the service's main package; go build resolves it from
+// anywhere inside the module.
+const servicePackage = "github.com/roomhub/messaging-api/cmd/messaging-api"
+
+// buildService builds the service into the temp dir, so that it runs as a
+// process of its own whose /proc entry measures it alone.
+func (b *bench) buildService(ctx context.Context) (string, error) {
+	if b.cfg.serviceBin != "" {
+		return b.cfg.serviceBin, nil
+	}
+	bin := filepath.Join(b.tmp, "messaging-api")
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, servicePackage)
+	cmd.Dir = moduleDir()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go build %s: %w\n%s", servicePackage, err, out)
+	}
+	b.logf("built the service in %s", time.Since(start).Round(time.Millisecond))
+	return bin, nil
+}
+
+// moduleDir is the module root this file was compiled from, when it is still
+// there (a binary built from a checkout and run elsewhere), else the current
+// directory, which go build resolves from.
+func moduleDir() string {
+	if _, file, _, ok := runtime.Caller(0); ok {
+		dir := filepath.Join(filepath.Dir(file), "..", "..")
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+	}
+	return ""
+}
+
+// service is one subprocess of the service binary.
+type service struct {
+	name    string
+	command string
+	cmd     *exec.Cmd
+	base    string // http://127.0.0.1:port
+	logPath string
+	done    chan struct{}
+	waitErr error
+}
+
+// startService runs the service binary with command (serve, api, dispatcher)
+// on a free loopback port, consuming or filling pushQueue, and waits until
+// /readyz answers 200.
+func (b *bench) startService(ctx context.Context, name, command string, pushQueue broker.Destination) (*service, error) {
+	addr, err := freeLoopbackAddr(ctx)
+	if err != nil {
+		return nil, err
+	}
+	logPath := filepath.Join(b.tmp, name+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, err
+	}
+	// Ending the run's context (its -timeout, or an interrupt) kills it.
+	cmd := exec.CommandContext(ctx, b.bin, command)
+	// The inherited environment may tune the service (PUSH_WORKERS, ...); what
+	// isolates the run is set here and wins.
+	cmd.Env = append(os.Environ(),
+		"HTTP_ADDR="+addr,
+		"DATABASE_URL="+b.db.serviceURL,
+		"BROKER_URL="+b.brokerURL(),
+		"PUSH_QUEUE="+pushQueue.FQQN(),
+		"PUSH_TIMEOUT="+b.cfg.pushTimeout.String(),
+		"LOG_LEVEL=warn",
+		"LOG_FORMAT=text",
+		"MIGRATE_ON_START=true",
+	)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	// The service must not outlive the benchmark, even when it is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	s := &service{name: name, command: command, cmd: cmd, base: "http://" + addr, logPath: logPath, done: make(chan struct{})}
+	go func() {
+		s.waitErr = cmd.Wait()
+		logFile.Close()
+		close(s.done)
+	}()
+	b.mu.Lock()
+	b.services = append(b.services, s)
+	b.mu.Unlock()
+
+	start := time.Now()
+	if err := s.waitReady(ctx, 60*time.Second); err != nil {
+		return nil, fmt.Errorf("%s: %w\n%s", name, err, s.logTail(40))
+	}
+	b.logf("started %s (%s, pid %d, %s, push queue %s) in %s", name, command, cmd.Process.Pid, s.base, pushQueue.FQQN(),
+		time.Since(start).Round(time.Millisecond))
+	return s, nil
+}
+
+func freeLoopbackAddr(ctx context.Context) (string, error) {
+	l, err := new(net.ListenConfig).Listen(ctx, "tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	addr := l.Addr().String()
+	_ = l.Close()
+	return addr, nil
+}
+
+func (s *service) waitReady(ctx context.Context, within time.Duration) error {
+	deadline := time.Now().Add(within)
+	var last string
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.base+"/readyz", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = fmt.Sprintf("readyz %d: %s", resp.StatusCode, bytes.TrimSpace(body))
+		} else {
+			last = err.Error()
+		}
+		select {
+		case <-s.done:
+			return fmt.Errorf("exited during start-up: %w", s.waitErr)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready within %s (%s)", within, last)
+		}
+	}
+}
+
+func (s *service) exited() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop sends SIGTERM and kills the process if it has not exited within grace.
+func (s *service) stop(grace time.Duration) error {
+	if s.exited() {
+		return nil
+	}
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+		return nil
+	case <-time.After(grace):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+		return fmt.Errorf("%s did not stop within %s of SIGTERM; killed", s.name, grace)
+	}
+}
+
+func (s *service) logTail(lines int) string {
+	raw, err := os.ReadFile(s.logPath)
+	if err != nil {
+		return ""
+	}
+	all := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return s.name + " log (" + s.logPath + "):\n" + strings.Join(all, "\n")
+}
+
+func (s *service) dumpLog(w io.Writer) {
+	fmt.Fprintln(w, s.logTail(200))
+}
+
+// procStats is what /proc says of a process.
+type procStats struct {
+	cpu time.Duration // utime + stime
+	hwm int64         // peak resident set (VmHWM), bytes
+	rss int64         // resident set now (VmRSS), bytes
+}
+
+// clockTicks is USER_HZ, the unit of utime and stime in /proc/<pid>/stat;
+// 100 on every Linux architecture Go runs on.
+const clockTicks = 100
+
+func (s *service) stats() (procStats, error) {
+	if s.exited() {
+		return procStats{}, fmt.Errorf("%s has exited", s.name)
+	}
+	return readProcStats(s.cmd.Process.Pid)
+}
+
+func readProcStats(pid int) (procStats, error) {
+	var st procStats
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return st, err
+	}
+	// Fields after the command name, which is in parentheses and may hold spaces:
+	// state is field 3, utime 14, stime 15 (proc(5)).
+	i := bytes.LastIndexByte(raw, ')')
+	if i < 0 {
+		return st, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
+	}
+	f := strings.Fields(string(raw[i+1:]))
+	if len(f) < 13 {
+		return st, fmt.Errorf("/proc/%d/stat: too few fields", pid)
+	}
+	utime, err1 := strconv.ParseInt(f[11], 10, 64)
+	stime, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return st, fmt.Errorf("/proc/%d/stat: bad utime/stime", pid)
+	}
+	st.cpu = time.Duration(utime+stime) * time.Second / clockTicks
+
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return st, err
+	}
+	for line := range strings.SplitSeq(string(status), "\n") {
+		key, val, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		var dst *int64
+		switch key {
+		case "VmHWM":
+			dst = &st.hwm
+		case "VmRSS":
+			dst = &st.rss
+		default:
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(val), "kB")), 10, 64)
+		if err != nil {
+			return st, fmt.Errorf("/proc/%d/status %s: %q", pid, key, val)
+		}
+		*dst = kb << 10
+	}
+	if st.hwm == 0 {
+		return st, fmt.Errorf("/proc/%d/status: no VmHWM", pid)
+	}
+	return st, nil
+}
