@@ -94,9 +94,11 @@ type Config struct {
 	// Workers is how many deliveries run at once.
 	Workers int
 	// PerSubscription bounds one subscription's concurrent deliveries, and
-	// Backlog how many more of its messages may wait in memory.
+	// Backlog how many more of its messages may wait in memory while it
+	// makes no progress for SlowAfter; past both, messages are deferred.
 	PerSubscription int
 	Backlog         int
+	SlowAfter       time.Duration
 	// Prefetch is the broker consumer's window (messages).
 	Prefetch int
 	// Timeout bounds one HTTP request.
@@ -119,7 +121,7 @@ type Config struct {
 // DefaultConfig suits one dispatcher process on two cores.
 func DefaultConfig(queue broker.Destination) Config {
 	return Config{
-		Queue: queue, Workers: 64, PerSubscription: 16, Backlog: 64, Prefetch: 128,
+		Queue: queue, Workers: 64, PerSubscription: 16, Backlog: 64, SlowAfter: time.Second, Prefetch: 128,
 		Timeout: 15 * time.Second, MaxResponseBody: 4 << 10, MaxRetryAfter: time.Hour,
 		DeferDelay: time.Second, PausedDelay: 10 * time.Second, CacheTTL: 2 * time.Second,
 		ShutdownGrace: 10 * time.Second,
@@ -172,7 +174,7 @@ func (p *Dispatcher) Run(ctx context.Context) error {
 
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
-	sched := newScheduler(p.cfg.PerSubscription, p.cfg.Backlog)
+	sched := newScheduler(p.cfg.PerSubscription, p.cfg.Backlog, p.cfg.SlowAfter, time.Now)
 	var wg sync.WaitGroup
 	for range max(1, p.cfg.Workers) {
 		wg.Go(func() {

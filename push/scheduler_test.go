@@ -65,7 +65,7 @@ func name(j *job) string {
 
 func TestSchedulerPerSubscriptionBound(t *testing.T) {
 	t.Parallel()
-	s := newScheduler(2, 10)
+	s := newScheduler(2, 10, 0, time.Now)
 	a, b := uuid.New(), uuid.New()
 	for i := range 4 {
 		if !s.add(testJob(a, fmt.Sprintf("a%d", i))) {
@@ -101,7 +101,7 @@ func TestSchedulerBacklogOverflow(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(fmt.Sprintf("perSub=%d/backlog=%d", tt.perSub, tt.backlog), func(t *testing.T) {
 			t.Parallel()
-			s := newScheduler(tt.perSub, tt.backlog)
+			s := newScheduler(tt.perSub, tt.backlog, 0, time.Now)
 			a, b := uuid.New(), uuid.New()
 			for i := range tt.perSub + tt.backlog {
 				if !s.add(testJob(a, fmt.Sprintf("a%d", i))) {
@@ -129,7 +129,7 @@ func TestSchedulerBacklogOverflow(t *testing.T) {
 
 func TestSchedulerDonePromotesInOrder(t *testing.T) {
 	t.Parallel()
-	s := newScheduler(1, 10)
+	s := newScheduler(1, 10, 0, time.Now)
 	a := uuid.New()
 	for i := range 5 {
 		s.add(testJob(a, fmt.Sprintf("a%d", i)))
@@ -156,7 +156,7 @@ func TestSchedulerDonePromotesInOrder(t *testing.T) {
 
 func TestSchedulerCloseDrains(t *testing.T) {
 	t.Parallel()
-	s := newScheduler(2, 10)
+	s := newScheduler(2, 10, 0, time.Now)
 	a, b := uuid.New(), uuid.New()
 
 	// A worker blocked in take is woken by close.
@@ -173,7 +173,7 @@ func TestSchedulerCloseDrains(t *testing.T) {
 		t.Fatal("close did not wake a blocked take")
 	}
 
-	s2 := newScheduler(1, 10)
+	s2 := newScheduler(1, 10, 0, time.Now)
 	s2.add(testJob(a, "a0"))
 	s2.add(testJob(a, "a1")) // backlog
 	s2.add(testJob(b, "b0"))
@@ -207,7 +207,7 @@ func TestSchedulerConcurrent(t *testing.T) {
 		perProd   = 500
 		workers   = 16
 	)
-	s := newScheduler(perSub, backlog)
+	s := newScheduler(perSub, backlog, 0, time.Now)
 	keys := make([]uuid.UUID, subs)
 	running := make(map[uuid.UUID]*atomic.Int32, subs)
 	for i := range keys {
@@ -287,5 +287,34 @@ func TestSchedulerConcurrent(t *testing.T) {
 	}
 	if len(taken) != len(accepted) {
 		t.Errorf("took %d distinct jobs, accepted %d", len(taken), len(accepted))
+	}
+}
+
+// TestSchedulerDefersOnlyStuckSubscriptions: a full backlog is refused only
+// while its subscription has finished nothing for slowAfter.
+func TestSchedulerDefersOnlyStuckSubscriptions(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { return now }
+	s := newScheduler(1, 1, time.Second, clock)
+	key := uuid.New()
+	running := &job{key: key}
+	if !s.add(running) || !s.add(&job{key: key}) {
+		t.Fatal("first job and first backlog slot refused")
+	}
+	// Backlog full, but the subscription became active just now: busy, not stuck.
+	if !s.add(&job{key: key}) {
+		t.Fatal("a busy subscription's message was refused")
+	}
+	now = now.Add(2 * time.Second) // nothing finished for 2 s: stuck
+	if s.add(&job{key: key}) {
+		t.Fatal("a stuck subscription's full backlog took another message")
+	}
+	if got := s.take(); got != running {
+		t.Fatalf("took %v", got)
+	}
+	s.done(running) // progress again
+	if !s.add(&job{key: key}) {
+		t.Fatal("refused right after the subscription made progress")
 	}
 }

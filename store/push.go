@@ -94,6 +94,9 @@ func (s *Push) PushTarget(ctx context.Context, roomID, subscriptionID uuid.UUID)
 
 // Settle implements push.Log.
 func (s *Push) Settle(ctx context.Context, st push.Settlement) error {
+	if st.DeadLetter == nil && st.Resend == nil { // one UPDATE: no transaction needed
+		return translate(settleSend(s.tx(ctx), st.SendID, st.Attempt, nil, nil, "", time.Time{}), nil, nil)
+	}
 	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
 		return settleSend(tx, st.SendID, st.Attempt, st.DeadLetter, st.Resend, st.Owner, st.Until)
 	})

@@ -46,6 +46,9 @@ type DB struct {
 func Open(ctx context.Context, databaseURL string, log *slog.Logger) (*DB, error) {
 	cfg := &gorm.Config{
 		TranslateError: true,
+		// Single statements need no BEGIN/COMMIT around them (a round trip
+		// each on the hot paths); multi-statement writes use Transaction.
+		SkipDefaultTransaction: true,
 		Logger:         logger.Discard,
 		NowFunc:        func() time.Time { return time.Now().UTC() },
 	}
