@@ -38,9 +38,11 @@ var (
 // Catalog finds rooms, event types and versions (rooms.Service is one).
 type Catalog interface {
 	Room(ctx context.Context, ref string) (rooms.Room, error)
-	EventType(ctx context.Context, ref, identifier string) (rooms.Room, rooms.EventType, error)
-	Version(ctx context.Context, ref, eventType string, version int) (rooms.Version, error)
-	Versions(ctx context.Context, ref, eventType string) ([]rooms.Version, error)
+	// The rest take a room or event type already resolved: a publish looks
+	// each thing up once.
+	EventTypeOf(ctx context.Context, roomID uuid.UUID, identifier string) (rooms.EventType, error)
+	VersionOf(ctx context.Context, eventTypeID uuid.UUID, version int) (rooms.Version, error)
+	VersionsOf(ctx context.Context, eventTypeID uuid.UUID) ([]rooms.Version, error)
 }
 
 // Subscribers lists a room's subscriptions (subscriptions.Store is one).
@@ -229,18 +231,18 @@ func (s *Service) prepare(ctx context.Context, room rooms.Room, in Input, field,
 		probs.Add(field+"eventTypeVersion", "must be a positive integer")
 		return ev, false, nil
 	}
-	_, et, err := s.catalog.EventType(ctx, room.ID.String(), in.EventType)
+	et, err := s.catalog.EventTypeOf(ctx, room.ID, in.EventType)
 	if err != nil {
 		return ev, false, err
 	}
 	var version rooms.Version
 	if in.EventTypeVersion != nil {
-		version, err = s.catalog.Version(ctx, room.ID.String(), in.EventType, *in.EventTypeVersion)
+		version, err = s.catalog.VersionOf(ctx, et.ID, *in.EventTypeVersion)
 		if err != nil {
 			return ev, false, err
 		}
 	} else {
-		vs, err := s.catalog.Versions(ctx, room.ID.String(), in.EventType)
+		vs, err := s.catalog.VersionsOf(ctx, et.ID)
 		if err != nil {
 			return ev, false, err
 		}

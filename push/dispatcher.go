@@ -229,8 +229,12 @@ func (p *Dispatcher) accept(ctx context.Context, sched *scheduler, d *broker.Del
 	if sched.add(j) {
 		return
 	}
+	// Each deferral of the same message waits twice as long (up to a
+	// minute), so a hanging endpoint's messages do not churn every second.
+	held, _ := strconv.Atoi(d.Headers[headerHeld])
+	delay := min(p.cfg.DeferDelay<<min(held, 10), time.Minute)
 	go p.retryUntilDone(ctx, j, func(ctx context.Context) error {
-		return p.requeue(ctx, j, p.cfg.DeferDelay, "deferred: the subscription has too many messages in flight")
+		return p.requeue(ctx, j, delay, "deferred: the subscription is slow and has too many messages in flight")
 	})
 }
 
@@ -319,7 +323,8 @@ func (p *Dispatcher) deliver(ctx context.Context, j *job) error {
 	return p.settle(ctx, d, Settlement{SendID: sendID, Attempt: attempt, Resend: &resend})
 }
 
-// headerHeld counts how often a PAUSED subscription's message was held.
+// headerHeld counts how often a message was held (PAUSED subscription) or
+// deferred (slow subscription) since its last attempt; each wait doubles.
 const headerHeld = "x-held"
 
 // requeue republishes a message with the same attempt after delay, without
@@ -371,13 +376,9 @@ func (p *Dispatcher) settle(ctx context.Context, d *broker.Delivery, s Settlemen
 	if s.Resend != nil {
 		ev := EventOf(d)
 		msg := publish.Message(publish.Pending{Send: *s.Resend, Event: ev}, p.now())
-		msg.Headers[headerHeld] = d.Headers[headerHeld]
-		if s.Attempt.Status == StatusDeferred && strings.HasPrefix(s.Attempt.Error, "held") {
+		if s.Attempt.Status == StatusDeferred { // a real attempt starts the count again
 			held, _ := strconv.Atoi(d.Headers[headerHeld])
 			msg.Headers[headerHeld] = strconv.Itoa(held + 1)
-		}
-		if msg.Headers[headerHeld] == "" {
-			delete(msg.Headers, headerHeld)
 		}
 		if err := p.broker.Send(ctx, msg); err != nil {
 			// The row is in the outbox: the relay sends it once its claim

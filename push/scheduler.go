@@ -9,17 +9,17 @@ import (
 
 // scheduler hands jobs to workers so that no subscription has more than
 // perSub jobs running or ready at once; the rest wait in its backlog. A
-// backlog past maxBacklog is refused only while its subscription makes no
-// progress (no job finished for slowAfter): a busy but healthy endpoint keeps
-// its messages, a stuck one gives them back for deferral, so it cannot take
-// the whole prefetch window from the others.
+// backlog past maxBacklog is refused only while the subscription is slow (a
+// request of it has been running for slowAfter or more): a busy but quick
+// endpoint keeps its messages, a hanging one gives them back for deferral,
+// so it cannot take the whole prefetch window from the others.
 type scheduler struct {
 	mu         sync.Mutex
 	cond       *sync.Cond
 	ready      []*job
 	backlog    map[uuid.UUID][]*job
 	active     map[uuid.UUID]int
-	progress   map[uuid.UUID]time.Time // last finished job, or when it became active
+	running    map[uuid.UUID]map[*job]time.Time // jobs taken by a worker, with when
 	perSub     int
 	maxBacklog int
 	slowAfter  time.Duration
@@ -29,7 +29,7 @@ type scheduler struct {
 
 func newScheduler(perSub, maxBacklog int, slowAfter time.Duration, now func() time.Time) *scheduler {
 	s := &scheduler{
-		backlog: map[uuid.UUID][]*job{}, active: map[uuid.UUID]int{}, progress: map[uuid.UUID]time.Time{},
+		backlog: map[uuid.UUID][]*job{}, active: map[uuid.UUID]int{}, running: map[uuid.UUID]map[*job]time.Time{},
 		perSub: max(1, perSub), maxBacklog: maxBacklog, slowAfter: slowAfter, now: now,
 	}
 	s.cond = sync.NewCond(&s.mu)
@@ -42,15 +42,12 @@ func (s *scheduler) add(j *job) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.active[j.key] < s.perSub {
-		if s.active[j.key] == 0 {
-			s.progress[j.key] = s.now()
-		}
 		s.active[j.key]++
 		s.ready = append(s.ready, j)
 		s.cond.Signal()
 		return true
 	}
-	if len(s.backlog[j.key]) >= s.maxBacklog && s.now().Sub(s.progress[j.key]) >= s.slowAfter {
+	if len(s.backlog[j.key]) >= s.maxBacklog && s.slow(j.key) {
 		return false
 	}
 	s.backlog[j.key] = append(s.backlog[j.key], j)
@@ -70,14 +67,36 @@ func (s *scheduler) take() *job {
 	j := s.ready[0]
 	s.ready[0] = nil
 	s.ready = s.ready[1:]
+	if s.running[j.key] == nil {
+		s.running[j.key] = map[*job]time.Time{}
+	}
+	s.running[j.key][j] = s.now()
 	return j
+}
+
+// slow reports whether a running job of key started slowAfter ago or more;
+// with slowAfter 0 every subscription counts as slow (a full backlog alone
+// defers).
+func (s *scheduler) slow(key uuid.UUID) bool {
+	if s.slowAfter <= 0 {
+		return true
+	}
+	now := s.now()
+	for _, started := range s.running[key] {
+		if now.Sub(started) >= s.slowAfter {
+			return true
+		}
+	}
+	return false
 }
 
 // done frees j's slot and promotes the next job of its subscription.
 func (s *scheduler) done(j *job) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.progress[j.key] = s.now()
+	if delete(s.running[j.key], j); len(s.running[j.key]) == 0 {
+		delete(s.running, j.key)
+	}
 	if q := s.backlog[j.key]; len(q) > 0 {
 		s.ready = append(s.ready, q[0])
 		q[0] = nil
@@ -91,7 +110,6 @@ func (s *scheduler) done(j *job) {
 	}
 	if s.active[j.key]--; s.active[j.key] <= 0 {
 		delete(s.active, j.key)
-		delete(s.progress, j.key)
 	}
 }
 

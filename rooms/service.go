@@ -290,6 +290,21 @@ func (s *Service) EventType(ctx context.Context, ref, identifier string) (Room, 
 	return r, et, nil
 }
 
+// EventTypeOf finds an event type of a resolved room.
+func (s *Service) EventTypeOf(ctx context.Context, roomID uuid.UUID, identifier string) (EventType, error) {
+	return s.store.EventType(ctx, roomID, identifier)
+}
+
+// VersionOf finds one version of a resolved event type.
+func (s *Service) VersionOf(ctx context.Context, eventTypeID uuid.UUID, version int) (Version, error) {
+	return s.store.Version(ctx, eventTypeID, version)
+}
+
+// VersionsOf lists a resolved event type's versions, oldest first.
+func (s *Service) VersionsOf(ctx context.Context, eventTypeID uuid.UUID) ([]Version, error) {
+	return s.store.Versions(ctx, eventTypeID)
+}
+
 // EventTypes lists the room's event types by identifier.
 func (s *Service) EventTypes(ctx context.Context, ref string, page api.Page) ([]EventType, error) {
 	r, err := s.Room(ctx, ref)
