@@ -49,8 +49,8 @@ func Open(ctx context.Context, databaseURL string, log *slog.Logger) (*DB, error
 		// Single statements need no BEGIN/COMMIT around them (a round trip
 		// each on the hot paths); multi-statement writes use Transaction.
 		SkipDefaultTransaction: true,
-		Logger:         logger.Discard,
-		NowFunc:        func() time.Time { return time.Now().UTC() },
+		Logger:                 logger.Discard,
+		NowFunc:                func() time.Time { return time.Now().UTC() },
 	}
 	var (
 		db      *gorm.DB
