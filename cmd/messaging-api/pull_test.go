@@ -668,7 +668,7 @@ func TestPullLongPoll(t *testing.T) {
 		}
 		raw, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != 200 || json.Unmarshal(raw, &out) != nil {
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &out) != nil {
 			t.Errorf("long poll: %d %s", resp.StatusCode, raw)
 		}
 		done <- answer{out.Messages, time.Now()}
