@@ -152,16 +152,23 @@ func (s *DeadLetters) subscription(c echo.Context) (rooms.Room, subscriptions.Su
 	return s.subs.Get(c.Request().Context(), c.Param("roomId"), c.Param("subscriptionId"))
 }
 
-func (s *DeadLetters) list(c echo.Context) error {
+// listRequest reads a list request of a subscription: the page (?limit=,
+// ?cursor= as the last id seen) and the subscription.
+func (s *DeadLetters) listRequest(c echo.Context) (subscriptions.Subscription, api.Page, uuid.UUID, error) {
 	page, err := api.ParsePage(c, 50, 500)
 	if err != nil {
-		return err
+		return subscriptions.Subscription{}, page, uuid.Nil, err
 	}
 	_, sub, err := s.subscription(c)
 	if err != nil {
-		return err
+		return sub, page, uuid.Nil, err
 	}
-	after, err := page.AfterID()
+	last, err := page.AfterID()
+	return sub, page, last, err
+}
+
+func (s *DeadLetters) list(c echo.Context) error {
+	sub, page, after, err := s.listRequest(c)
 	if err != nil {
 		return err
 	}
@@ -334,15 +341,7 @@ func optTime(t time.Time) *time.Time {
 }
 
 func (s *DeadLetters) deliveries(c echo.Context) error {
-	page, err := api.ParsePage(c, 50, 500)
-	if err != nil {
-		return err
-	}
-	_, sub, err := s.subscription(c)
-	if err != nil {
-		return err
-	}
-	before, err := page.AfterID()
+	sub, page, before, err := s.listRequest(c)
 	if err != nil {
 		return err
 	}
