@@ -10,8 +10,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -256,50 +254,23 @@ func TestPublishDuringBrokerOutage(t *testing.T) {
 // relaying loses nothing; the next process relays what it left.
 func TestPublishSurvivesKill(t *testing.T) {
 	brokerURL := realBroker(t)
-	bin := filepath.Join(t.TempDir(), "messaging-api")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildService(t)
 	proxy := newTCPProxy(t, hostOf(t, brokerURL))
-	dbURL := storetest.PostgresSchemaURL(t)
-	start := func() (*exec.Cmd, string) {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
-		cmd := exec.Command(bin, "serve")
-		cmd.Env = append(os.Environ(), "HTTP_ADDR="+addr, "DATABASE_URL="+dbURL,
-			"BROKER_URL="+proxy.via(brokerURL), "OUTBOX_POLL_INTERVAL=200ms", "LOG_LEVEL=warn")
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-		base := "http://" + addr
-		for deadline := time.Now().Add(20 * time.Second); ; {
-			if resp, err := http.Get(base + "/healthz"); err == nil {
-				resp.Body.Close()
-				return cmd, base
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("service did not start")
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
+	env := map[string]string{
+		"DATABASE_URL": storetest.PostgresSchemaURL(t), "BROKER_URL": proxy.via(brokerURL), "OUTBOX_POLL_INTERVAL": "200ms",
 	}
+	start := func() *process { return startProcess(t, bin, "serve", env) }
 
-	first, base := start()
-	c := client{t: t, base: base}
+	first := start()
+	c := client{t: t, base: first.base}
 	room := fmt.Sprintf("kill-%d", time.Now().UnixNano())
 	dest := setupPullRoom(c, room)
 	proxy.down() // nothing the first process accepts can reach the broker
 	ids := publishN(c, room, 25)
-	if err := first.Process.Kill(); err != nil { // SIGKILL: no shutdown code runs
+	if err := first.cmd.Process.Kill(); err != nil { // SIGKILL: no shutdown code runs
 		t.Fatal(err)
 	}
-	_ = first.Wait()
+	_ = first.cmd.Wait()
 	proxy.up()
 
 	start() // a new process on the same database relays the orphaned sends

@@ -4,11 +4,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net"
-	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -130,52 +125,6 @@ func TestPullTwoProcesses(t *testing.T) {
 	subB.waitLog(got[3].EventID, plLogRow{status: "failed", err: "nacked"}, plLogRow{status: "delivered", delay: 200})
 }
 
-// plProcess is the service binary running as a child process.
-type plProcess struct {
-	cmd  *exec.Cmd
-	base string
-	logs *syncBuffer
-}
-
-// plStart runs bin serve with env on a free port and waits until it is
-// ready; it is killed when the test ends, and its logs shown if it failed.
-func plStart(t *testing.T, bin string, env map[string]string) *plProcess {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	p := &plProcess{cmd: exec.Command(bin, "serve"), base: "http://" + addr, logs: &syncBuffer{}}
-	p.cmd.Env = append(os.Environ(), "HTTP_ADDR="+addr, "LOG_LEVEL=warn")
-	for k, v := range env {
-		p.cmd.Env = append(p.cmd.Env, k+"="+v)
-	}
-	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		_ = p.cmd.Wait()
-		if t.Failed() {
-			t.Logf("serve (pid %d) logs:\n%s", p.cmd.Process.Pid, p.logs.String())
-		}
-	})
-	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if resp, err := http.Get(p.base + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("serve not ready within 20 s; logs:\n%s", p.logs.String())
-		}
-	}
-}
-
 // TestPullSurvivesKill: a process SIGKILLed with leases outstanding loses
 // none. The leases are in the database, so the next process takes acks of
 // some of them, and its reaper redelivers the others after their deadline;
@@ -183,13 +132,10 @@ func plStart(t *testing.T, bin string, env map[string]string) *plProcess {
 func TestPullSurvivesKill(t *testing.T) {
 	t.Parallel()
 	brokerURL := realBroker(t)
-	bin := filepath.Join(t.TempDir(), "messaging-api")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	bin := buildService(t)
 	env := plBrokerEnv(t, brokerURL, storetest.PostgresSchemaURL(t))
 
-	first := plStart(t, bin, env)
+	first := startProcess(t, bin, "serve", env)
 	c := client{t: t, base: first.base}
 	sub := plSetup(c, plRoom("amq-kill-pull"), "", `"ackDeadline":2000`)
 	pubs := map[string]bool{}
@@ -226,7 +172,7 @@ func TestPullSurvivesKill(t *testing.T) {
 	_ = first.cmd.Wait()
 	killedAt := time.Now()
 
-	second := plStart(t, bin, env)
+	second := startProcess(t, bin, "serve", env)
 	t.Logf("the second process was ready %v after the kill, %v before the earliest ack deadline",
 		time.Since(killedAt).Round(time.Millisecond), time.Until(earliest).Round(time.Millisecond))
 	sub = sub.on(client{t: t, base: second.base})
