@@ -1,0 +1,238 @@
+// Package metrics exposes the service's Prometheus metrics. cmd builds one
+// Metrics per process over a registry of its own and hands it to the features
+// as their observers (push.Observer, pull.Observer, publish.Observer,
+// publish.RelayObserver): the features declare those small interfaces and never
+// import this package, and this package imports no feature.
+//
+// Label cardinality is bounded by construction: no label carries an event,
+// message, correlation or subscription id. The one open-ended label is room
+// (the room's identifier) on the publish counters: a deployment has as many
+// rooms as its managers create (tens to a few thousand), each adding two
+// series. Where rooms are created per tenant without bound, turn it off with
+// METRICS_ROOM_LABEL=false and every publish counts under room="_all".
+package metrics
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+const namespace = "messaging"
+
+// AllRooms is the room label value when per-room labels are turned off.
+const AllRooms = "_all"
+
+// Metrics holds every metric of one process.
+type Metrics struct {
+	reg      *prometheus.Registry
+	roomWide bool
+
+	published       *prometheus.CounterVec
+	sends           *prometheus.CounterVec
+	deliveries      *prometheus.CounterVec
+	attempts        *prometheus.HistogramVec
+	latency         *prometheus.HistogramVec
+	pushRequests    *prometheus.HistogramVec
+	retryDelay      *prometheus.HistogramVec
+	deferred        *prometheus.CounterVec
+	dispatcherPause prometheus.Gauge
+	relayed         *prometheus.CounterVec
+	brokerUp        prometheus.Gauge
+	reconnects      prometheus.Counter
+	httpDuration    *prometheus.HistogramVec
+}
+
+// Options tune New.
+type Options struct {
+	// RoomLabel keeps the room label on the publish counters; false counts
+	// every room under AllRooms.
+	RoomLabel bool
+}
+
+// New registers every metric, with the Go runtime and process collectors, on
+// a fresh registry.
+func New(opts Options) *Metrics {
+	m := &Metrics{
+		reg:      prometheus.NewRegistry(),
+		roomWide: !opts.RoomLabel,
+		published: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "published_events_total",
+			Help: "Events accepted by the publish endpoints (idempotent replays excluded), by room.",
+		}, []string{"room"}),
+		sends: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "sends_total",
+			Help: "First copies of published events owed to subscriptions (one per matching subscription), by room and subscription type.",
+		}, []string{"room", "type"}),
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "deliveries_total",
+			Help: "What became of each copy handled by the dispatcher (push) or a pull (ack, nack, ack deadline): delivered, retried, dead_lettered (attempts exhausted), expired, refused (permanent failure), dropped (subscription gone).",
+		}, []string{"type", "outcome"}),
+		attempts: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "delivery_attempts",
+			Help:    "Attempt number at which a message reached its final outcome (every outcome but retried).",
+			Buckets: []float64{1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 50},
+		}, []string{"type", "outcome"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "delivery_latency_seconds",
+			Help:    "Time from publish to delivery (a 2xx push response, or a pull's ack).",
+			Buckets: prometheus.ExponentialBucketsRange(0.005, 3600, 18),
+		}, []string{"type"}),
+		pushRequests: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "push_request_duration_seconds",
+			Help:    "Duration of push HTTP requests, by result: delivered, retryable, permanent.",
+			Buckets: []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30},
+		}, []string{"result"}),
+		retryDelay: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "retry_delay_seconds",
+			Help:    "Delays of the retries scheduled (one per retried outcome).",
+			Buckets: prometheus.ExponentialBucketsRange(0.05, 3600, 16),
+		}, []string{"type"}),
+		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "push_deferred_total",
+			Help: "Push messages re-queued without an attempt: reason paused (PAUSED subscription) or slow (its endpoint is slow and its backlog full).",
+		}, []string{"reason"}),
+		dispatcherPause: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "dispatcher_paused",
+			Help: "1 while the push dispatcher has stopped taking messages because the database does not answer.",
+		}),
+		relayed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "outbox_relayed_total",
+			Help: "Outbox rows the relay handled: sent (broker receipt), failed (released for a later round), expired (before reaching the broker).",
+		}, []string{"result"}),
+		brokerUp: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: namespace, Name: "broker_connected",
+			Help: "1 while the broker is connected (sampled every second).",
+		}),
+		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "broker_reconnects_total",
+			Help: "Times the broker connection came back after being seen down (sampled every second).",
+		}),
+		httpDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: "http_request_duration_seconds",
+			Help:    "HTTP request durations by method, route template and status code.",
+			Buckets: []float64{0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30},
+		}, []string{"method", "route", "status"}),
+	}
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.published, m.sends, m.deliveries, m.attempts, m.latency, m.pushRequests, m.retryDelay,
+		m.deferred, m.dispatcherPause, m.relayed, m.brokerUp, m.reconnects, m.httpDuration,
+	)
+	// Outcomes appear at 0 from the start, so rate() and sums over them
+	// work before the first of each happens.
+	for _, typ := range []string{"push", "pull"} {
+		for _, o := range []string{"delivered", "retried", "dead_lettered", "expired", "refused", "dropped"} {
+			m.deliveries.WithLabelValues(typ, o)
+		}
+	}
+	for _, r := range []string{"sent", "failed", "expired"} {
+		m.relayed.WithLabelValues(r)
+	}
+	return m
+}
+
+// Registry is the registry /metrics serves; cmd registers more collectors on it.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the registry in the Prometheus text format (or OpenMetrics
+// when the scraper asks for it).
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+func (m *Metrics) room(r string) string {
+	if m.roomWide || r == "" {
+		return AllRooms
+	}
+	return r
+}
+
+// Published implements publish.Observer.
+func (m *Metrics) Published(room string, events int, sends map[string]int) {
+	r := m.room(room)
+	m.published.WithLabelValues(r).Add(float64(events))
+	for typ, n := range sends {
+		m.sends.WithLabelValues(r, typ).Add(float64(n))
+	}
+}
+
+// Relayed implements publish.RelayObserver.
+func (m *Metrics) Relayed(result string, n int) {
+	if n > 0 {
+		m.relayed.WithLabelValues(result).Add(float64(n))
+	}
+}
+
+// Handled implements push.Observer and pull.Observer: one outcome of one copy
+// at attempt; age is the time since publish (used for delivered only).
+func (m *Metrics) Handled(typ, outcome string, attempt int, age time.Duration) {
+	m.deliveries.WithLabelValues(typ, outcome).Inc()
+	if outcome == "retried" {
+		return
+	}
+	m.attempts.WithLabelValues(typ, outcome).Observe(float64(attempt))
+	if outcome == "delivered" && age > 0 {
+		m.latency.WithLabelValues(typ).Observe(age.Seconds())
+	}
+}
+
+// RetryScheduled implements push.Observer and pull.Observer.
+func (m *Metrics) RetryScheduled(typ string, delay time.Duration) {
+	m.retryDelay.WithLabelValues(typ).Observe(delay.Seconds())
+}
+
+// PushRequest implements push.Observer.
+func (m *Metrics) PushRequest(result string, d time.Duration) {
+	m.pushRequests.WithLabelValues(result).Observe(d.Seconds())
+}
+
+// Deferred implements push.Observer.
+func (m *Metrics) Deferred(reason string) { m.deferred.WithLabelValues(reason).Inc() }
+
+// Paused implements push.Observer.
+func (m *Metrics) Paused(paused bool) {
+	if paused {
+		m.dispatcherPause.Set(1)
+	} else {
+		m.dispatcherPause.Set(0)
+	}
+}
+
+// Middleware records the duration of every request under its echo route
+// template (never the raw path: ids would make a series each) and status.
+// It hands a returned error to the error handler itself, so the status
+// recorded is the one the client gets.
+func (m *Metrics) Middleware() echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			start := time.Now()
+			if err := next(c); err != nil {
+				c.Error(err)
+			}
+			route := c.Path()
+			if route == "" || c.Response().Status == http.StatusNotFound && route == "/*" {
+				route = "unmatched"
+			}
+			m.httpDuration.WithLabelValues(method(c.Request().Method), route, strconv.Itoa(c.Response().Status)).
+				Observe(time.Since(start).Seconds())
+			return nil
+		}
+	}
+}
+
+// method bounds the method label: a client can send any token as a method.
+func method(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
+		http.MethodDelete, http.MethodOptions:
+		return m
+	}
+	return "other"
+}

@@ -1,0 +1,34 @@
+package store
+
+import (
+	"context"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/roomhub/messaging-api/publish"
+)
+
+// OutboxBacklog counts the sends the outbox still owes the broker and
+// returns the creation time of the oldest (zero when none), for the
+// scrape-time metrics. The partial index on unsent rows keeps it cheap.
+func (s *Events) OutboxBacklog(ctx context.Context) (int, time.Time, error) {
+	pending := s.tx(ctx).Model(&sendRow{}).Where("sent_at IS NULL AND status = ?", string(publish.StatusPending))
+	var n int64
+	if err := pending.Session(&gorm.Session{}).Count(&n).Error; err != nil || n == 0 {
+		return int(n), time.Time{}, translate(err, nil, nil)
+	}
+	// MIN(created_at) would come back untyped from SQLite; a row keeps its type.
+	var oldest sendRow
+	if err := pending.Session(&gorm.Session{}).Select("created_at").Order("created_at").Limit(1).Find(&oldest).Error; err != nil {
+		return 0, time.Time{}, translate(err, nil, nil)
+	}
+	return int(n), oldest.CreatedAt.UTC(), nil
+}
+
+// Outstanding counts the pulled messages awaiting ack, nack or their deadline.
+func (s *Leases) Outstanding(ctx context.Context) (int, error) {
+	var n int64
+	err := s.db.gorm.WithContext(ctx).Table("pull_leases").Count(&n).Error
+	return int(n), translate(err, nil, nil)
+}
