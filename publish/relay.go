@@ -66,6 +66,7 @@ type Relay struct {
 	now    func() time.Time
 	logger *slog.Logger
 	wake   chan struct{}
+	obs    RelayObserver
 
 	mu        sync.Mutex
 	lastError error
@@ -77,7 +78,14 @@ func NewRelay(store Store, b Sender, cfg RelayConfig, now func() time.Time, logg
 		store: store, broker: b, cfg: cfg, now: now, logger: logger,
 		owner: "relay-" + uuid.NewString(),
 		wake:  make(chan struct{}, 1),
+		obs:   nopObserver{},
 	}
+}
+
+// Observe makes o see what each round did; call it before Run.
+func (r *Relay) Observe(o RelayObserver) *Relay {
+	r.obs = o
+	return r
 }
 
 // Notify wakes the relay at once; it never blocks.
@@ -140,6 +148,7 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 	var (
 		mu                    sync.Mutex
 		sent, failed, expired []uuid.UUID
+		expiredCorrelation    []string
 		firstErr              error
 		wg                    sync.WaitGroup
 		sem                   = make(chan struct{}, max(1, r.cfg.Concurrency))
@@ -147,6 +156,7 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 	for _, p := range pending {
 		if !p.Event.ExpiresAt.IsZero() && !now.Before(p.Event.ExpiresAt) {
 			expired = append(expired, p.ID)
+			expiredCorrelation = append(expiredCorrelation, p.CorrelationID)
 			continue
 		}
 		wg.Add(1)
@@ -161,9 +171,12 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 			defer mu.Unlock()
 			if errors.Is(err, broker.ErrExpired) {
 				expired = append(expired, p.ID)
+				expiredCorrelation = append(expiredCorrelation, p.CorrelationID)
 				return
 			}
 			if err != nil {
+				r.logger.DebugContext(ctx, "outbox relay: send failed; released for a later round", slog.Any("error", err),
+					slog.String("correlation_id", p.CorrelationID), slog.String("send_id", p.ID.String()))
 				failed = append(failed, p.ID)
 				if firstErr == nil {
 					firstErr = err
@@ -187,8 +200,12 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 	if err := r.store.Release(rctx, failed); err != nil {
 		return len(pending), err
 	}
-	for _, id := range expired {
-		r.logger.InfoContext(ctx, "send expired before it reached the broker", slog.String("send_id", id.String()))
+	r.obs.Relayed("sent", len(sent))
+	r.obs.Relayed("failed", len(failed))
+	r.obs.Relayed("expired", len(expired))
+	for i, id := range expired {
+		r.logger.InfoContext(ctx, "send expired before it reached the broker", slog.String("send_id", id.String()),
+			slog.String("correlation_id", expiredCorrelation[i]))
 	}
 	return len(pending), firstErr
 }
@@ -212,6 +229,12 @@ func Message(p Pending, now time.Time) broker.Message {
 	}
 	for k, v := range p.Event.Attributes {
 		h[AttributePrefix+k] = v
+	}
+	if p.Event.Trace.Parent != "" {
+		h[HeaderTraceparent] = p.Event.Trace.Parent
+	}
+	if p.Event.Trace.State != "" {
+		h[HeaderTracestate] = p.Event.Trace.State
 	}
 	expires := p.Event.ExpiresAt
 	if !expires.IsZero() {

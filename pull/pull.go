@@ -104,6 +104,10 @@ type Message struct {
 	Attributes       map[string]string `json:"attributes"`
 	Payload          json.RawMessage   `json:"payload"`
 	AckDeadline      time.Time         `json:"ackDeadline"`
+	// Traceparent and Tracestate are the publish's W3C trace context: a
+	// consumer starts its span as a child of Traceparent.
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 }
 
 func toMessage(l Lease) Message {
@@ -115,5 +119,6 @@ func toMessage(l Lease) Message {
 		AckID: l.AckID.String(), EventID: l.Event.ID.String(), CorrelationID: l.Event.CorrelationID,
 		EventType: l.Event.EventType, EventTypeVersion: l.Event.Version, Attempt: l.Attempt,
 		PublishedAt: l.Event.PublishedAt, Attributes: attrs, Payload: l.Event.Payload, AckDeadline: l.Deadline,
+		Traceparent: l.Event.Trace.Parent, Tracestate: l.Event.Trace.State,
 	}
 }

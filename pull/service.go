@@ -37,11 +37,12 @@ type Service struct {
 	now    func() time.Time
 	rand   func() float64
 	logger *slog.Logger
+	obs    Observer
 }
 
 // NewService wires a Service. rand draws retry jitter (uniform in [0, 1)).
 func NewService(subs Subscriptions, dir push.Directory, b Consumer, store Store, relay publish.Notifier, now func() time.Time, rand func() float64, logger *slog.Logger) *Service {
-	return &Service{subs: subs, dir: dir, broker: b, store: store, relay: relay, now: now, rand: rand, logger: logger}
+	return &Service{subs: subs, dir: dir, broker: b, store: store, relay: relay, now: now, rand: rand, logger: logger, obs: nopObserver{}}
 }
 
 func (s *Service) pullable(ctx context.Context, roomRef, id string) (rooms.Room, subscriptions.Subscription, error) {
@@ -102,6 +103,9 @@ func (s *Service) Pull(ctx context.Context, roomRef, id string, n int, wait time
 	// between the two gives a duplicate, never a loss.
 	if err := s.store.AddLeases(ctx, leases, expired); err != nil {
 		return nil, err
+	}
+	for _, st := range expired {
+		s.obs.Handled(typ, push.OutcomeExpired, st.DeadLetter.Attempts, 0)
 	}
 	for _, d := range got {
 		if err := d.Ack(ctx); err != nil {
@@ -204,17 +208,21 @@ func (s *Service) settle(ctx context.Context, roomRef, id string, ackIDs []strin
 	}
 	ids, results := parseAckIDs(ackIDs)
 	now := s.now()
+	var decided []settled
 	done, err := s.store.SettleLeases(ctx, Selector{SubscriptionID: sub.ID, AckIDs: ids, Now: now},
 		func(ls []Lease) ([]Settlement, error) {
 			out := make([]Settlement, len(ls))
+			decided = make([]settled, len(ls))
 			for i, l := range ls {
 				out[i] = one(room, sub, l, now)
+				decided[i] = settled{l, out[i]}
 			}
 			return out, nil
 		})
 	if err != nil {
 		return nil, err
 	}
+	s.observe(decided, done, now, status)
 	return mark(results, done, status), nil
 }
 
@@ -322,9 +330,16 @@ func (s *Service) reapOnce(ctx context.Context) (int, error) {
 			targets[subID] = target{room: room, sub: sub}
 		}
 	}
+	var decided []settled
 	done, err := s.store.SettleLeases(ctx, Selector{Expired: true, Now: now, Limit: 500},
 		func(ls []Lease) ([]Settlement, error) {
 			out := make([]Settlement, 0, len(ls))
+			decided = decided[:0]
+			defer func() {
+				for i := range out {
+					decided = append(decided, settled{leaseOf(ls, out[i].AckID), out[i]})
+				}
+			}()
 			for _, l := range ls {
 				t, ok := targets[l.SubscriptionID]
 				switch {
@@ -339,6 +354,9 @@ func (s *Service) reapOnce(ctx context.Context) (int, error) {
 			}
 			return out, nil
 		})
+	if err == nil {
+		s.observe(decided, done, now, "expired")
+	}
 	if len(done) > 0 {
 		s.relay.Notify()
 	}

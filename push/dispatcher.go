@@ -143,6 +143,10 @@ type Dispatcher struct {
 	policy func(rooms.Room, subscriptions.Subscription) retry.Policy
 	// rand draws the jitter: uniform in [0, 1).
 	rand func() float64
+	// spanRand draws the span id of each attempt's traceparent.
+	spanRand func() uint64
+	obs      Observer
+	gate     *gate
 }
 
 // New returns a Dispatcher; Run starts it.
@@ -151,8 +155,11 @@ func New(cfg Config, b Broker, dir Directory, log Log, client *http.Client, now 
 		cfg: cfg, broker: b, dir: dir, log: log, client: client, now: now, logger: logger,
 		owner:  "dispatcher-" + uuid.NewString(),
 		cache:  targetCache{ttl: cfg.CacheTTL, m: map[uuid.UUID]cachedTarget{}},
-		policy: retry.For,
-		rand:   rand.Float64,
+		policy:   retry.For,
+		rand:     rand.Float64,
+		spanRand: rand.Uint64,
+		obs:      nopObserver{},
+		gate:     newGate(),
 	}
 }
 
@@ -175,10 +182,21 @@ func (p *Dispatcher) Run(ctx context.Context) error {
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 	sched := newScheduler(p.cfg.PerSubscription, p.cfg.Backlog, p.cfg.SlowAfter, time.Now)
-	var wg sync.WaitGroup
+	var wg, watcher sync.WaitGroup
+	watchCtx, stopWatch := context.WithCancel(workCtx)
+	defer func() { stopWatch(); watcher.Wait() }()
+	if p.gate.ping != nil {
+		watcher.Go(func() { p.gate.watch(watchCtx, p.logger, p.obs) })
+	}
 	for range max(1, p.cfg.Workers) {
 		wg.Go(func() {
-			for j := sched.take(); j != nil; j = sched.take() {
+			// A job is taken only while the database answers: one taken
+			// before an outage waits here, unacked, and is not attempted.
+			for p.gate.wait(workCtx) {
+				j := sched.take()
+				if j == nil {
+					return
+				}
 				p.handle(workCtx, j)
 				sched.done(j)
 			}
@@ -188,10 +206,18 @@ func (p *Dispatcher) Run(ctx context.Context) error {
 
 read:
 	for {
+		// While the database is down nothing is read: the messages stay
+		// with the broker (or unacked in the prefetch window), and none is
+		// attempted, counted or dead-lettered.
+		in, resumed := sub.C(), (<-chan struct{})(nil)
+		if down, up := p.gate.state(); down {
+			in, resumed = nil, up
+		}
 		select {
 		case <-ctx.Done():
 			break read
-		case d, ok := <-sub.C():
+		case <-resumed:
+		case d, ok := <-in:
 			if !ok {
 				break read
 			}
@@ -233,42 +259,102 @@ func (p *Dispatcher) accept(ctx context.Context, sched *scheduler, d *broker.Del
 	// minute), so a hanging endpoint's messages do not churn every second.
 	held, _ := strconv.Atoi(d.Headers[headerHeld])
 	delay := min(p.cfg.DeferDelay<<min(held, 10), time.Minute)
-	go p.retryUntilDone(ctx, j, func(ctx context.Context) error {
-		return p.requeue(ctx, j, delay, "deferred: the subscription is slow and has too many messages in flight")
+	go p.retryUntilDone(ctx, j, func(context.Context) (decision, error) {
+		return p.requeue(j, delay, "deferred: the subscription is slow and has too many messages in flight", deferSlow), nil
 	})
+}
+
+// Outcomes of one handling of a message, as observers see them.
+const (
+	OutcomeDelivered    = "delivered"
+	OutcomeRetried      = "retried"
+	OutcomeDeadLettered = "dead_lettered" // attempts exhausted
+	OutcomeExpired      = "expired"
+	OutcomeRefused      = "refused" // a permanent failure: dead-lettered at once
+	OutcomeDropped      = "dropped" // the subscription is gone
+)
+
+// Reasons a message is re-queued without an attempt.
+const (
+	deferPaused = "paused"
+	deferSlow   = "slow"
+)
+
+// decision is what one handling of a message settles: made once (the HTTP
+// request included) and stored, however often storing must be retried.
+type decision struct {
+	s        Settlement
+	outcome  string // "" for a deferral
+	deferred string // deferPaused or deferSlow
+	age      time.Duration
+	stored   bool // s is in the database; what is left is the resend and the ack
 }
 
 // handle settles one message, retrying while the database or broker fails.
 func (p *Dispatcher) handle(ctx context.Context, j *job) {
-	p.retryUntilDone(ctx, j, func(ctx context.Context) error { return p.deliver(ctx, j) })
+	p.retryUntilDone(ctx, j, func(ctx context.Context) (decision, error) { return p.deliver(ctx, j) })
 }
 
-// retryUntilDone runs f until it succeeds or ctx ends (the message then stays
-// unacked and the broker redelivers it after this consumer goes away).
-func (p *Dispatcher) retryUntilDone(ctx context.Context, j *job, f func(context.Context) error) {
+// retryUntilDone decides what to do with j once (decide retried until it
+// answers) and settles that until it is stored and acked or ctx ends (the
+// message then stays unacked and the broker redelivers it after this
+// consumer goes away). A failure asks the gate to check the database: while
+// it is down nothing is retried, so an outage neither repeats a request
+// nor counts as an attempt.
+func (p *Dispatcher) retryUntilDone(ctx context.Context, j *job, decide func(context.Context) (decision, error)) {
+	var dec *decision
 	for wait := 100 * time.Millisecond; ; wait = min(wait*2, 5*time.Second) {
-		err := f(ctx)
-		if err == nil || ctx.Err() != nil {
+		err := ctx.Err()
+		if dec == nil && err == nil {
+			var dd decision
+			if dd, err = decide(ctx); err == nil {
+				dec = &dd
+			}
+		}
+		if dec != nil && err == nil {
+			if err = p.settle(ctx, j.d, dec); err == nil {
+				p.observe(j, dec)
+				return
+			}
+		}
+		if ctx.Err() != nil {
 			return
 		}
 		p.logger.WarnContext(ctx, "push: could not settle a message; retrying", slog.Any("error", err),
 			slog.String("correlation_id", j.d.CorrelationID), slog.String("subscription_id", j.key.String()))
+		p.gate.suspect()
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
 		}
+		if !p.gate.wait(ctx) {
+			return
+		}
 	}
 }
 
-// deliver runs one delivery attempt and settles its outcome.
-func (p *Dispatcher) deliver(ctx context.Context, j *job) error {
+func (p *Dispatcher) observe(j *job, dec *decision) {
+	switch {
+	case dec.deferred != "":
+		p.obs.Deferred(dec.deferred)
+	case dec.outcome != "":
+		p.obs.Handled("push", dec.outcome, j.d.Attempt, dec.age)
+		if dec.outcome == OutcomeRetried && dec.s.Resend != nil {
+			p.obs.RetryScheduled("push", dec.s.Resend.ScheduledDelay)
+		}
+	}
+}
+
+// deliver runs one delivery attempt and decides its outcome; an error means
+// nothing was attempted (the subscription could not be looked up).
+func (p *Dispatcher) deliver(ctx context.Context, j *job) (decision, error) {
 	d := j.d
 	ev := EventOf(d)
 	sendID, _ := uuid.Parse(d.Headers[publish.HeaderSendID])
 	room, sub, err := p.cache.get(ctx, p.dir, ev.RoomID, j.key)
 	if err != nil && !errors.Is(err, api.ErrNotFound) {
-		return err
+		return decision{}, err
 	}
 	now := p.now()
 	logAttrs := []any{slog.String("correlation_id", d.CorrelationID), slog.String("event_id", ev.ID.String()),
@@ -277,36 +363,42 @@ func (p *Dispatcher) deliver(ctx context.Context, j *job) error {
 	switch {
 	case err != nil || sub.Status == subscriptions.StatusTerminated:
 		p.logger.InfoContext(ctx, "push: subscription gone or terminated; message dropped", logAttrs...)
-		return p.settle(ctx, d, Settlement{SendID: sendID, Attempt: Attempt{Status: publish.StatusDropped, Error: "subscription terminated or deleted", At: now}})
+		return decision{outcome: OutcomeDropped, s: Settlement{SendID: sendID, Attempt: Attempt{Status: publish.StatusDropped, Error: "subscription terminated or deleted", At: now}}}, nil
 	case !ev.ExpiresAt.IsZero() && !now.Before(ev.ExpiresAt):
-		return p.settle(ctx, d, p.deadLetter(Settlement{SendID: sendID, Attempt: Attempt{Status: publish.StatusExpired, Error: "expired before delivery", At: now}}, ev, d, ReasonExpired))
+		p.logger.InfoContext(ctx, "push: expired before delivery; dead-lettered", logAttrs...)
+		return decision{outcome: OutcomeExpired, s: p.deadLetter(Settlement{SendID: sendID, Attempt: Attempt{Status: publish.StatusExpired, Error: "expired before delivery", At: now}}, ev, d, ReasonExpired)}, nil
 	case sub.Status == subscriptions.StatusPaused:
 		held, _ := strconv.Atoi(d.Headers[headerHeld])
 		delay := min(p.cfg.PausedDelay<<min(held, 10), 5*time.Minute)
-		return p.requeue(ctx, j, delay, "held: the subscription is PAUSED")
+		return p.requeue(j, delay, "held: the subscription is PAUSED", deferPaused), nil
 	}
 
-	out := post(ctx, p.client, p.request(sub, ev, d, now), p.cfg.MaxResponseBody, p.now)
+	span := ev.Trace.Child(p.spanRand)
+	out := post(ctx, p.client, p.request(sub, ev, d, now, span), p.cfg.MaxResponseBody, p.now)
 	if ctx.Err() != nil {
-		return ctx.Err() // shutting down mid-request: leave it unacked
+		return decision{}, ctx.Err() // shutting down mid-request: leave it unacked
 	}
+	p.obs.PushRequest(out.Result.String(), out.Latency)
+	logAttrs = append(logAttrs, slog.String("traceparent", span), slog.Int("status_code", out.StatusCode))
 	at := p.now()
 	attempt := Attempt{StatusCode: out.StatusCode, Latency: out.Latency, Body: out.Body, Error: out.Err, At: at}
 	switch out.Result {
 	case Delivered:
 		attempt.Status = publish.StatusDelivered
-		return p.settle(ctx, d, Settlement{SendID: sendID, Attempt: attempt})
+		p.logger.DebugContext(ctx, "push: delivered", logAttrs...)
+		return decision{outcome: OutcomeDelivered, age: at.Sub(ev.PublishedAt), s: Settlement{SendID: sendID, Attempt: attempt}}, nil
 	case Permanent:
 		attempt.Status = publish.StatusDeadLettered
-		p.logger.InfoContext(ctx, "push: permanent failure; dead-lettered", append(logAttrs, slog.Int("status_code", out.StatusCode))...)
-		return p.settle(ctx, d, p.deadLetter(Settlement{SendID: sendID, Attempt: attempt}, ev, d, ReasonPermanent))
+		p.logger.InfoContext(ctx, "push: permanent failure; dead-lettered", logAttrs...)
+		return decision{outcome: OutcomeRefused, s: p.deadLetter(Settlement{SendID: sendID, Attempt: attempt}, ev, d, ReasonPermanent)}, nil
 	}
 
 	step, ok := p.policy(room, sub).Next(d.Attempt)
 	delay := step.Draw(p.rand())
 	if !ok {
 		attempt.Status = publish.StatusDeadLettered
-		return p.settle(ctx, d, p.deadLetter(Settlement{SendID: sendID, Attempt: attempt}, ev, d, ReasonExhausted))
+		p.logger.InfoContext(ctx, "push: attempts exhausted; dead-lettered", append(logAttrs, slog.String("error", out.Err))...)
+		return decision{outcome: OutcomeDeadLettered, s: p.deadLetter(Settlement{SendID: sendID, Attempt: attempt}, ev, d, ReasonExhausted)}, nil
 	}
 	if out.RetryAfter > delay {
 		delay = min(out.RetryAfter, p.cfg.MaxRetryAfter) // raises a delay, never lowers one
@@ -315,36 +407,38 @@ func (p *Dispatcher) deliver(ctx context.Context, j *job) error {
 	if !ev.ExpiresAt.IsZero() && !next.Before(ev.ExpiresAt) {
 		attempt.Status = publish.StatusDeadLettered
 		attempt.Error += "; would expire before the next attempt"
-		return p.settle(ctx, d, p.deadLetter(Settlement{SendID: sendID, Attempt: attempt}, ev, d, ReasonExpired))
+		p.logger.InfoContext(ctx, "push: would expire before the next attempt; dead-lettered", logAttrs...)
+		return decision{outcome: OutcomeExpired, s: p.deadLetter(Settlement{SendID: sendID, Attempt: attempt}, ev, d, ReasonExpired)}, nil
 	}
 	attempt.Status = publish.StatusFailed
 	attempt.NextAttemptAt = next
+	p.logger.DebugContext(ctx, "push: attempt failed; retry scheduled", append(logAttrs, slog.String("error", out.Err), slog.Duration("retry_in", delay))...)
 	resend := p.newSend(ev, d, j.key, d.Attempt+1, delay, at)
-	return p.settle(ctx, d, Settlement{SendID: sendID, Attempt: attempt, Resend: &resend})
+	return decision{outcome: OutcomeRetried, s: Settlement{SendID: sendID, Attempt: attempt, Resend: &resend}}, nil
 }
 
 // headerHeld counts how often a message was held (PAUSED subscription) or
 // deferred (slow subscription) since its last attempt; each wait doubles.
 const headerHeld = "x-held"
 
-// requeue republishes a message with the same attempt after delay, without
-// counting an attempt, and acks the original.
-func (p *Dispatcher) requeue(ctx context.Context, j *job, delay time.Duration, why string) error {
+// requeue decides to republish a message with the same attempt after delay,
+// without counting an attempt, and ack the original.
+func (p *Dispatcher) requeue(j *job, delay time.Duration, why, reason string) decision {
 	d := j.d
 	ev := EventOf(d)
 	sendID, _ := uuid.Parse(d.Headers[publish.HeaderSendID])
 	now := p.now()
 	if !ev.ExpiresAt.IsZero() && !now.Add(delay).Before(ev.ExpiresAt) {
 		// Held or deferred past its expiry it could never be delivered.
-		return p.settle(ctx, d, p.deadLetter(Settlement{SendID: sendID,
-			Attempt: Attempt{Status: publish.StatusExpired, Error: why + "; would expire first", At: now}}, ev, d, ReasonExpired))
+		return decision{outcome: OutcomeExpired, s: p.deadLetter(Settlement{SendID: sendID,
+			Attempt: Attempt{Status: publish.StatusExpired, Error: why + "; would expire first", At: now}}, ev, d, ReasonExpired)}
 	}
 	resend := p.newSend(ev, d, j.key, d.Attempt, delay, now)
-	return p.settle(ctx, d, Settlement{
+	return decision{deferred: reason, s: Settlement{
 		SendID:  sendID,
 		Attempt: Attempt{Status: StatusDeferred, Error: why, At: now, NextAttemptAt: now.Add(delay)},
 		Resend:  &resend,
-	})
+	}}
 }
 
 func (p *Dispatcher) newSend(ev publish.Event, d *broker.Delivery, subID uuid.UUID, attempt int, delay time.Duration, now time.Time) publish.Send {
@@ -365,13 +459,18 @@ func (p *Dispatcher) deadLetter(s Settlement, ev publish.Event, d *broker.Delive
 }
 
 // settle stores the outcome, sends the next copy if any, then acks. The
-// order is what makes a crash give a duplicate rather than a loss.
-func (p *Dispatcher) settle(ctx context.Context, d *broker.Delivery, s Settlement) error {
-	if s.Resend != nil {
-		s.Owner, s.Until = p.owner, p.now().Add(time.Minute)
-	}
-	if err := p.log.Settle(ctx, s); err != nil {
-		return fmt.Errorf("store outcome: %w", err)
+// order is what makes a crash give a duplicate rather than a loss. Called
+// again after an error, it does not store the outcome twice.
+func (p *Dispatcher) settle(ctx context.Context, d *broker.Delivery, dec *decision) error {
+	s := &dec.s
+	if !dec.stored {
+		if s.Resend != nil {
+			s.Owner, s.Until = p.owner, p.now().Add(time.Minute)
+		}
+		if err := p.log.Settle(ctx, *s); err != nil {
+			return fmt.Errorf("store outcome: %w", err)
+		}
+		dec.stored = true
 	}
 	if s.Resend != nil {
 		ev := EventOf(d)
@@ -389,7 +488,8 @@ func (p *Dispatcher) settle(ctx context.Context, d *broker.Delivery, s Settlemen
 				return rerr
 			}
 		} else if err := p.log.MarkSent(context.WithoutCancel(ctx), []uuid.UUID{s.Resend.ID}, p.now()); err != nil {
-			p.logger.WarnContext(ctx, "push: could not mark a resend sent; it may be sent twice", slog.Any("error", err))
+			p.logger.WarnContext(ctx, "push: could not mark a resend sent; it may be sent twice", slog.Any("error", err),
+				slog.String("correlation_id", d.CorrelationID))
 		}
 	}
 	p.ack(ctx, d)
@@ -404,8 +504,9 @@ func (p *Dispatcher) ack(ctx context.Context, d *broker.Delivery) {
 	}
 }
 
-// request builds the POST for a delivery, signed per Standard Webhooks.
-func (p *Dispatcher) request(sub subscriptions.Subscription, ev publish.Event, d *broker.Delivery, now time.Time) Request {
+// request builds the POST for a delivery, signed per Standard Webhooks;
+// traceparent is this attempt's (a new span under the publish's trace).
+func (p *Dispatcher) request(sub subscriptions.Subscription, ev publish.Event, d *broker.Delivery, now time.Time, traceparent string) Request {
 	h := http.Header{}
 	h.Set("Content-Type", "application/json")
 	h.Set("User-Agent", "messaging-api-push/1")
@@ -422,6 +523,12 @@ func (p *Dispatcher) request(sub subscriptions.Subscription, ev publish.Event, d
 	h.Set("X-Subscription-Id", sub.ID.String())
 	for k, v := range ev.Attributes {
 		h.Set("X-Attr-"+k, v)
+	}
+	if traceparent != "" {
+		h.Set(publish.HeaderTraceparent, traceparent)
+		if ev.Trace.State != "" {
+			h.Set(publish.HeaderTracestate, ev.Trace.State)
+		}
 	}
 	return Request{URL: sub.PushURL, Body: d.Body, Headers: h}
 }
@@ -440,6 +547,9 @@ func EventOf(d *broker.Delivery) publish.Event {
 	ev.Version, _ = strconv.Atoi(d.Headers[publish.HeaderEventVersion])
 	if us, err := strconv.ParseInt(d.Headers[publish.HeaderPublishedAt], 10, 64); err == nil {
 		ev.PublishedAt = time.UnixMicro(us).UTC()
+	}
+	if tp, ok := publish.ParseTraceparent(d.Headers[publish.HeaderTraceparent]); ok {
+		ev.Trace = publish.Trace{Parent: tp, State: publish.ParseTracestate(d.Headers[publish.HeaderTracestate])}
 	}
 	for k, v := range d.Headers {
 		if name, ok := strings.CutPrefix(k, publish.AttributePrefix); ok {

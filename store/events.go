@@ -35,6 +35,8 @@ type eventRow struct {
 	Destinations   int
 	PublishedAt    time.Time `gorm:"autoCreateTime:false"`
 	ExpiresAt      *time.Time
+	Traceparent    string
+	Tracestate     string
 }
 
 func (eventRow) TableName() string { return "events" }
@@ -71,6 +73,7 @@ func toEventRow(e publish.Event) eventRow {
 		EventTypeID: e.EventTypeID, EventType: e.EventType, Version: e.Version,
 		Payload: string(e.Payload), Attributes: string(attrs), RequestHash: e.RequestHash,
 		Destinations: e.Destinations, PublishedAt: e.PublishedAt, ExpiresAt: timePtr(e.ExpiresAt),
+		Traceparent: e.Trace.Parent, Tracestate: e.Trace.State,
 	}
 	if e.IdempotencyKey != "" {
 		k := e.IdempotencyKey
@@ -85,6 +88,7 @@ func (r eventRow) domain() publish.Event {
 		EventTypeID: r.EventTypeID, EventType: r.EventType, Version: r.Version,
 		Payload: json.RawMessage(r.Payload), RequestHash: r.RequestHash,
 		Destinations: r.Destinations, PublishedAt: r.PublishedAt.UTC(), ExpiresAt: timeVal(r.ExpiresAt),
+		Trace: publish.Trace{Parent: r.Traceparent, State: r.Tracestate},
 	}
 	_ = json.Unmarshal([]byte(r.Attributes), &e.Attributes)
 	if r.IdempotencyKey != nil {

@@ -43,6 +43,8 @@ type deadLetterRow struct {
 	LastError      string
 	PublishedAt    time.Time `gorm:"autoCreateTime:false"`
 	CreatedAt      time.Time `gorm:"autoCreateTime:false"`
+	Traceparent    string
+	Tracestate     string
 }
 
 func (deadLetterRow) TableName() string { return "dead_letters" }
@@ -55,6 +57,7 @@ func toDeadLetterRow(d push.DeadLetter) deadLetterRow {
 		Version: d.Event.Version, Payload: string(d.Event.Payload), Attributes: string(attrs),
 		Attempts: d.Attempts, Reason: d.Reason, LastError: d.LastError,
 		PublishedAt: d.Event.PublishedAt, CreatedAt: d.CreatedAt,
+		Traceparent: d.Event.Trace.Parent, Tracestate: d.Event.Trace.State,
 	}
 	if d.LastStatusCode != 0 {
 		c := d.LastStatusCode
@@ -70,7 +73,7 @@ func (r deadLetterRow) domain() push.DeadLetter {
 		Event: publish.Event{
 			ID: r.EventID, RoomID: r.RoomID, CorrelationID: r.CorrelationID, EventTypeID: r.EventTypeID,
 			EventType: r.EventType, Version: r.Version, Payload: json.RawMessage(r.Payload),
-			PublishedAt: r.PublishedAt.UTC(),
+			PublishedAt: r.PublishedAt.UTC(), Trace: publish.Trace{Parent: r.Traceparent, State: r.Tracestate},
 		},
 	}
 	_ = json.Unmarshal([]byte(r.Attributes), &d.Event.Attributes)
