@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/roomhub/messaging-api/netguard"
 )
 
 // Result says what became of one HTTP delivery attempt.
@@ -19,7 +21,7 @@ type Result int
 const (
 	Delivered Result = iota // 2xx
 	Retryable               // connection error, timeout, 5xx, 408, 429
-	Permanent               // any other status: retrying cannot help
+	Permanent               // any other status, or a target the SSRF guard refuses: retrying cannot help
 )
 
 func (r Result) String() string {
@@ -44,15 +46,23 @@ type Request struct {
 }
 
 // NewHTTPClient returns the client every delivery shares: bounded time per
-// request, pooled connections, and no redirects (a 3xx is a permanent failure).
-func NewHTTPClient(timeout time.Duration, dial func(ctx context.Context, network, addr string) (net.Conn, error)) *http.Client {
-	if dial == nil {
-		dial = (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
-	}
+// request, pooled connections, no redirects (a 3xx is a permanent failure)
+// and no proxy. guard checks every request: its URL before anything is sent
+// (https-only mode, literal addresses) and, at dial time, each address the
+// host resolved to, right before connecting, so a name cannot resolve to a
+// public address when checked and to an internal one when used.
+func NewHTTPClient(timeout time.Duration, guard netguard.Guard) *http.Client {
+	return newHTTPClient(timeout, guard, nil)
+}
+
+// newHTTPClient is NewHTTPClient resolving names with resolver (nil: the
+// default one), so that tests can answer DNS themselves.
+func newHTTPClient(timeout time.Duration, guard netguard.Guard, resolver *net.Resolver) *http.Client {
+	dialer := guard.Dialer(&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, Resolver: resolver})
 	return &http.Client{
 		Timeout: timeout,
-		Transport: &http.Transport{
-			DialContext:           dial,
+		Transport: guardedTransport{guard: guard, next: &http.Transport{
+			DialContext:           dialer.DialContext,
 			MaxIdleConns:          512,
 			MaxIdleConnsPerHost:   64,
 			IdleConnTimeout:       90 * time.Second,
@@ -60,10 +70,30 @@ func NewHTTPClient(timeout time.Duration, dial func(ctx context.Context, network
 			ResponseHeaderTimeout: timeout,
 			ExpectContinueTimeout: time.Second,
 			ForceAttemptHTTP2:     true,
-		},
+		}},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 }
+
+// guardedTransport refuses a request whose URL the guard refuses before the
+// transport sees it (the dial-time check covers resolved names).
+type guardedTransport struct {
+	guard netguard.Guard
+	next  *http.Transport
+}
+
+func (t guardedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if err := t.guard.CheckURL(r.URL); err != nil {
+		if r.Body != nil {
+			_ = r.Body.Close() // a RoundTripper closes the body, even on error
+		}
+		return nil, err
+	}
+	return t.next.RoundTrip(r)
+}
+
+// CloseIdleConnections lets http.Client.CloseIdleConnections reach the pool.
+func (t guardedTransport) CloseIdleConnections() { t.next.CloseIdleConnections() }
 
 // post delivers r and classifies the outcome; maxBody bounds what is read of
 // the response.
@@ -76,6 +106,11 @@ func post(ctx context.Context, client *http.Client, r Request, maxBody int64, no
 	start := time.Now()
 	resp, err := client.Do(req)
 	if err != nil {
+		// The same target would be refused again: dead-letter at once, and
+		// say why without the transport's wrapping.
+		if refused, ok := errors.AsType[*netguard.RefusedError](err); ok {
+			return Outcome{Result: Permanent, Latency: time.Since(start), Err: refused.Error()}
+		}
 		return Outcome{Result: Retryable, Latency: time.Since(start), Err: describe(err)}
 	}
 	defer resp.Body.Close()

@@ -71,7 +71,7 @@ func postTo(t *testing.T, url string, timeout time.Duration, maxBody int64, now 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	client := NewHTTPClient(timeout, nil)
+	client := NewHTTPClient(timeout, loopbackAllowed())
 	h := http.Header{}
 	h.Set("Content-Type", "application/json")
 	h.Set("Webhook-Id", "evt-1")

@@ -20,6 +20,10 @@
 //     message becomes a dead letter at once, as it does when attempts are
 //     exhausted or it would expire before the next attempt. An expired
 //     message is never delivered.
+//   - A push URL that the SSRF guard (package netguard) refuses is a
+//     permanent failure too, without a request: the guard checks each
+//     address the host resolves to when dialing, and the URL itself
+//     (https-only mode, literal addresses) before the request is sent.
 //   - A TERMINATED or deleted subscription's messages are dropped (logged); a
 //     PAUSED one's are held: republished with a growing delay, not counted as
 //     attempts, until the subscription is ACTIVE again.
