@@ -33,16 +33,23 @@ const (
 
 // Service manages subscriptions.
 type Service struct {
-	store   Store
-	catalog Catalog
-	queues  Queues
-	now     func() time.Time
-	logger  *slog.Logger
+	store       Store
+	catalog     Catalog
+	queues      Queues
+	checkTarget TargetCheck
+	now         func() time.Time
+	logger      *slog.Logger
 }
 
-// NewService wires a Service.
-func NewService(store Store, catalog Catalog, queues Queues, now func() time.Time, logger *slog.Logger) *Service {
-	return &Service{store: store, catalog: catalog, queues: queues, now: now, logger: logger}
+// TargetCheck returns an error saying why a push URL must not be used, or
+// nil; it must not resolve names (netguard.Guard.CheckURL is one). The
+// dispatcher enforces the same rules on every delivery; this check only
+// refuses what is refused for sure, early, with a 422.
+type TargetCheck func(*url.URL) error
+
+// NewService wires a Service; checkTarget may be nil (no check).
+func NewService(store Store, catalog Catalog, queues Queues, checkTarget TargetCheck, now func() time.Time, logger *slog.Logger) *Service {
+	return &Service{store: store, catalog: catalog, queues: queues, checkTarget: checkTarget, now: now, logger: logger}
 }
 
 // FilterInput is one entry of a request's eventTypes.
@@ -93,6 +100,14 @@ func (svc *Service) apply(ctx context.Context, room rooms.Room, s *Subscription,
 	case s.Type == TypePush:
 		if msg := checkPushURL(s.PushURL); msg != "" {
 			probs.Add("pushUrl", msg)
+		} else if p.PushURL.Set && svc.checkTarget != nil {
+			// Only a new URL: a PATCH of other fields must not fail on a
+			// URL that was accepted before the rules changed (deliveries
+			// to it are refused and dead-lettered with the reason).
+			u, _ := url.Parse(s.PushURL)
+			if err := svc.checkTarget(u); err != nil {
+				probs.Add("pushUrl", err.Error())
+			}
 		}
 	case s.Type == TypePull && s.PushURL != "":
 		probs.Add("pushUrl", "is only for PUSH subscriptions")
