@@ -1,0 +1,360 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/roomhub/messaging-api/publish"
+)
+
+// sample is one line of the Prometheus text format.
+type sample struct {
+	name   string
+	labels map[string]string
+	value  float64
+}
+
+// scrape reads /metrics and checks it is the Prometheus text format.
+func scrape(t *testing.T, base string) []sample {
+	t.Helper()
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain; version=0.0.4") {
+		t.Fatalf("GET /metrics: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	var out []sample
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		s := sample{labels: map[string]string{}}
+		series, value, ok := strings.Cut(line, " ")
+		if i := strings.IndexByte(line, '}'); i >= 0 {
+			series, value, ok = line[:i+1], strings.TrimSpace(line[i+1:]), true
+		}
+		if !ok {
+			t.Fatalf("malformed line %q", line)
+		}
+		name, labels, hasLabels := strings.Cut(series, "{")
+		s.name = name
+		if hasLabels {
+			for _, pair := range splitLabels(strings.TrimSuffix(labels, "}")) {
+				k, v, _ := strings.Cut(pair, "=")
+				uq, err := strconv.Unquote(v)
+				if err != nil {
+					t.Fatalf("label %q of %q: %v", pair, line, err)
+				}
+				s.labels[k] = uq
+			}
+		}
+		if s.value, err = strconv.ParseFloat(value, 64); err != nil {
+			t.Fatalf("value of %q: %v", line, err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+// splitLabels splits k="v",k2="v2" at the commas outside quotes.
+func splitLabels(s string) []string {
+	var out []string
+	inQuote, start := false, 0
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '\\':
+			i++
+		case '"':
+			inQuote = !inQuote
+		case ',':
+			if !inQuote {
+				out = append(out, s[start:i])
+				start = i + 1
+			}
+		}
+	}
+	if start < len(s) {
+		out = append(out, s[start:])
+	}
+	return out
+}
+
+// sum adds the samples of name whose labels include want (k, v pairs).
+func sum(samples []sample, name string, want ...string) float64 {
+	var total float64
+next:
+	for _, s := range samples {
+		if s.name != name {
+			continue
+		}
+		for i := 0; i+1 < len(want); i += 2 {
+			if s.labels[want[i]] != want[i+1] {
+				continue next
+			}
+		}
+		total += s.value
+	}
+	return total
+}
+
+// scriptedHook answers each event (by webhook-id) from the script its
+// payload names: {"script":"fail,ok"} is a 500, then 200s.
+type scriptedHook struct {
+	*pushHook
+	mu    sync.Mutex
+	tries map[string]int
+}
+
+func newScriptedHook(t *testing.T) *scriptedHook {
+	h := &scriptedHook{tries: map[string]int{}}
+	h.pushHook = newPushHook(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Script string `json:"script"`
+		}
+		_ = json.Unmarshal(h.requests()[n-1].Body, &body) // the hook read r.Body
+		h.mu.Lock()
+		h.tries[r.Header.Get("Webhook-Id")]++
+		try := h.tries[r.Header.Get("Webhook-Id")]
+		h.mu.Unlock()
+		steps := strings.Split(body.Script, ",")
+		switch steps[min(try, len(steps))-1] {
+		case "fail":
+			w.WriteHeader(http.StatusInternalServerError)
+		case "refuse":
+			w.WriteHeader(http.StatusBadRequest)
+		default:
+			w.WriteHeader(http.StatusNoContent)
+		}
+	})
+	return h
+}
+
+// TestMetricsAddUp runs a scripted flow through the real service and checks
+// that /metrics accounts for every copy: each first copy (sends_total)
+// reaches exactly one final outcome, and each retry shows as retried, as a
+// retry delay and as one more attempt in the attempt histogram.
+func TestMetricsAddUp(t *testing.T) {
+	t.Parallel()
+	hook := newScriptedHook(t)
+	c := client{t: t, base: startService(t, map[string]string{"OUTBOX_POLL_INTERVAL": "100ms", "AUTH_DISABLED": "true"})}
+	const room = "metrics-flow"
+	setupPushRoom(c, room, `"deliveryDelay":50,"deliveryDelayMultiplier":1,"deliveryAttempts":3`, hook.URL())
+	c.call("POST", "/v1/rooms/"+room+"/event-types", `{"identifier":"pulled"}`, 201)
+	c.call("POST", "/v1/rooms/"+room+"/event-types/pulled/versions", `{"schema":true}`, 201)
+	var ps struct {
+		ID string `json:"id"`
+	}
+	c.callJSON("POST", "/v1/rooms/"+room+"/subscriptions", `{"type":"PULL","eventTypes":[{"eventType":"pulled"}]}`, 201, &ps)
+	pullSub := plSub{c: c, room: room, id: ps.ID}
+
+	scripts := []string{
+		"fail",      // 3 attempts, then dead-lettered: 2 retries
+		"fail,ok",   // 1 retry, delivered
+		"fail,ok",   // 1 retry, delivered
+		"refuse",    // a permanent failure: refused
+		"ok", "ok", // delivered at once
+	}
+	for _, s := range scripts {
+		pushPublish(c, room, `{"eventType":"tick","payload":{"script":"`+s+`"}}`)
+	}
+	pushPublish(c, room, `{"eventType":"pulled","payload":{}}`)
+
+	msgs := pullSub.pullN(1, 10*time.Second)
+	var leased float64
+	pushEventually(t, 5*time.Second, "one outstanding lease", func() bool {
+		leased = sum(scrape(t, c.base), "messaging_pull_leases_outstanding")
+		return leased == 1
+	})
+	pullSub.ack(msgs[0].AckID)
+
+	// Quiet: every push copy reached a final outcome.
+	var m []sample
+	pushEventually(t, 15*time.Second, "every push message settled", func() bool {
+		m = scrape(t, c.base)
+		final := sum(m, "messaging_deliveries_total", "type", "push") - sum(m, "messaging_deliveries_total", "type", "push", "outcome", "retried")
+		return final == float64(len(scripts)) && sum(m, "messaging_outbox_backlog") == 0
+	})
+
+	checks := []struct {
+		what string
+		got  float64
+		want float64
+	}{
+		{"published events in the room", sum(m, "messaging_published_events_total", "room", room), 7},
+		{"push sends", sum(m, "messaging_sends_total", "room", room, "type", "push"), 6},
+		{"pull sends", sum(m, "messaging_sends_total", "room", room, "type", "pull"), 1},
+		{"push delivered", sum(m, "messaging_deliveries_total", "type", "push", "outcome", "delivered"), 4},
+		{"push retried", sum(m, "messaging_deliveries_total", "type", "push", "outcome", "retried"), 4},
+		{"push dead-lettered", sum(m, "messaging_deliveries_total", "type", "push", "outcome", "dead_lettered"), 1},
+		{"push refused", sum(m, "messaging_deliveries_total", "type", "push", "outcome", "refused"), 1},
+		{"push expired", sum(m, "messaging_deliveries_total", "type", "push", "outcome", "expired"), 0},
+		{"pull delivered", sum(m, "messaging_deliveries_total", "type", "pull", "outcome", "delivered"), 1},
+		{"push retry delays", sum(m, "messaging_retry_delay_seconds_count", "type", "push"), 4},
+		{"push requests", sum(m, "messaging_push_request_duration_seconds_count"), 10},
+		{"push requests failing", sum(m, "messaging_push_request_duration_seconds_count", "result", "retryable"), 5},
+		{"push final attempts", sum(m, "messaging_delivery_attempts_count", "type", "push"), 6},
+		{"push attempts in all", sum(m, "messaging_delivery_attempts_sum", "type", "push"), 10},
+		{"push delivery latencies", sum(m, "messaging_delivery_latency_seconds_count", "type", "push"), 4},
+		{"pull delivery latencies", sum(m, "messaging_delivery_latency_seconds_count", "type", "pull"), 1},
+		{"leases after the ack", sum(m, "messaging_pull_leases_outstanding"), 0},
+		{"outbox age", sum(m, "messaging_outbox_oldest_age_seconds"), 0},
+		{"store stats", sum(m, "messaging_store_stats_up"), 1},
+		{"dispatcher paused", sum(m, "messaging_dispatcher_paused"), 0},
+		{"broker connected", sum(m, "messaging_broker_connected"), 1},
+		{"publish requests", sum(m, "messaging_http_request_duration_seconds_count", "route", "/v1/rooms/:roomId/messages", "method", "POST", "status", "202"), 7},
+		{"pull requests", sum(m, "messaging_http_request_duration_seconds_count", "route", "/v1/rooms/:roomId/subscriptions/:subscriptionId/pull", "status", "200"), 1},
+	}
+	for _, ck := range checks {
+		if ck.got != ck.want {
+			t.Errorf("%s: %v, want %v", ck.what, ck.got, ck.want)
+		}
+	}
+	// The identities docs/operations.md states.
+	sends := sum(m, "messaging_sends_total")
+	final := sum(m, "messaging_deliveries_total") - sum(m, "messaging_deliveries_total", "outcome", "retried")
+	if sends != final+sum(m, "messaging_outbox_relayed_total", "result", "expired") {
+		t.Errorf("sends %v != final outcomes %v + expired in the outbox", sends, final)
+	}
+	retried := sum(m, "messaging_deliveries_total", "outcome", "retried")
+	if extra := sum(m, "messaging_delivery_attempts_sum") - sum(m, "messaging_delivery_attempts_count"); extra != retried {
+		t.Errorf("attempts beyond the first %v != retried %v", extra, retried)
+	}
+	for _, s := range m {
+		if r := s.labels["route"]; strings.Contains(r, room) || strings.Contains(r, ps.ID) {
+			t.Errorf("a route label holds a raw path: %v", s.labels)
+		}
+	}
+}
+
+// TestMetricsRoomLabelOff: METRICS_ROOM_LABEL=false counts every room as one.
+func TestMetricsRoomLabelOff(t *testing.T) {
+	t.Parallel()
+	hook := newScriptedHook(t)
+	c := client{t: t, base: startService(t, map[string]string{"METRICS_ROOM_LABEL": "false", "AUTH_DISABLED": "true"})}
+	setupPushRoom(c, "room-a", "", hook.URL())
+	pushPublish(c, "room-a", `{"eventType":"tick","payload":{}}`)
+	m := scrape(t, c.base)
+	if got := sum(m, "messaging_published_events_total", "room", "_all"); got != 1 {
+		t.Errorf("published under _all: %v, want 1", got)
+	}
+	if got := sum(m, "messaging_published_events_total", "room", "room-a"); got != 0 {
+		t.Errorf("published under room-a: %v, want 0", got)
+	}
+}
+
+// TestTracePropagation: a publish's traceparent reaches each push attempt
+// as a new span of the same trace (tracestate as sent) and comes back to
+// pull consumers; a malformed one starts a new trace.
+func TestTracePropagation(t *testing.T) {
+	t.Parallel()
+	hook := newScriptedHook(t)
+	c := client{t: t, base: startService(t, map[string]string{"OUTBOX_POLL_INTERVAL": "100ms", "AUTH_DISABLED": "true"})}
+	const room = "traced"
+	setupPushRoom(c, room, `"deliveryDelay":50,"deliveryDelayMultiplier":1,"deliveryAttempts":3`, hook.URL())
+	var ps struct {
+		ID string `json:"id"`
+	}
+	c.callJSON("POST", "/v1/rooms/"+room+"/subscriptions", `{"type":"PULL","eventTypes":[{"eventType":"tick"}]}`, 201, &ps)
+	pullSub := plSub{c: c, room: room, id: ps.ID}
+
+	const (
+		traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
+		parent  = "00-" + traceID + "-00f067aa0ba902b7-01"
+		state   = "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE"
+	)
+	publishWith := func(headers map[string]string) (string, string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", c.base+"/v1/rooms/"+room+"/messages",
+			strings.NewReader(`{"eventType":"tick","payload":{"script":"fail,ok"}}`))
+		req.Header.Set("Content-Type", "application/json")
+		for k, v := range headers {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out struct {
+			EventID     string `json:"eventId"`
+			Traceparent string `json:"traceparent"`
+		}
+		if resp.StatusCode != http.StatusAccepted {
+			raw, _ := io.ReadAll(resp.Body)
+			t.Fatalf("publish: %d %s", resp.StatusCode, raw)
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			t.Fatal(err)
+		}
+		return out.EventID, out.Traceparent
+	}
+
+	t.Run("valid", func(t *testing.T) {
+		id, tp := publishWith(map[string]string{"traceparent": parent, "tracestate": state})
+		if tp != parent {
+			t.Errorf("publish answered traceparent %q, want %q", tp, parent)
+		}
+		pushEventually(t, 10*time.Second, "two attempts", func() bool { return len(hook.withID(id)) >= 2 })
+		reqs := hook.withID(id)
+		spans := map[string]bool{}
+		for i, r := range reqs {
+			got, ok := publish.ParseTraceparent(r.Header.Get("traceparent"))
+			if !ok || got[3:35] != traceID || got[53:] != "01" {
+				t.Errorf("attempt %d: traceparent %q, want trace %s sampled", i+1, r.Header.Get("traceparent"), traceID)
+				continue
+			}
+			if got == parent {
+				t.Errorf("attempt %d: traceparent is the publisher's, want a new span id", i+1)
+			}
+			spans[got[36:52]] = true
+			if r.Header.Get("tracestate") != state {
+				t.Errorf("attempt %d: tracestate %q, want %q", i+1, r.Header.Get("tracestate"), state)
+			}
+		}
+		if len(spans) != len(reqs) {
+			t.Errorf("%d attempts share span ids: %v", len(reqs), spans)
+		}
+		var out struct {
+			Messages []struct {
+				EventID     string `json:"eventId"`
+				Traceparent string `json:"traceparent"`
+				Tracestate  string `json:"tracestate"`
+			} `json:"messages"`
+		}
+		c.callJSON("POST", pullSub.path()+"/pull", `{"maxMessages":1,"waitMs":5000}`, 200, &out)
+		if len(out.Messages) != 1 || out.Messages[0].EventID != id || out.Messages[0].Traceparent != parent || out.Messages[0].Tracestate != state {
+			t.Errorf("pulled %+v, want event %s with traceparent %s and tracestate %s", out.Messages, id, parent, state)
+		}
+	})
+
+	t.Run("malformed starts a new trace", func(t *testing.T) {
+		id, tp := publishWith(map[string]string{"traceparent": "00-" + strings.ToUpper(traceID) + "-00f067aa0ba902b7-01", "tracestate": state})
+		got, ok := publish.ParseTraceparent(tp)
+		if !ok || got[3:35] == traceID {
+			t.Fatalf("publish answered traceparent %q, want a new valid trace", tp)
+		}
+		pushEventually(t, 10*time.Second, "an attempt", func() bool { return len(hook.withID(id)) >= 1 })
+		r := hook.withID(id)[0]
+		if h := r.Header.Get("traceparent"); h[3:35] != tp[3:35] {
+			t.Errorf("push traceparent %q, not in the new trace %q", h, tp)
+		}
+		if h := r.Header.Get("tracestate"); h != "" {
+			t.Errorf("tracestate %q kept with a malformed traceparent", h)
+		}
+	})
+}
+
+func (s sample) String() string { return fmt.Sprintf("%s%v %v", s.name, s.labels, s.value) }
