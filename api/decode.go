@@ -87,6 +87,9 @@ func decodeError(err error) error {
 		return &ValidationError{Fields: []FieldError{{Field: name, Message: "must be " + jsonKind(typ.Type.Kind().String(), typ.Value)}}}
 	}
 	if m := unknownField.FindStringSubmatch(err.Error()); m != nil {
+		if m[1] == "" { // the key "": name the body rather than no field
+			return &ValidationError{Fields: []FieldError{{Field: "body", Message: `has an unknown field ""`}}}
+		}
 		return &ValidationError{Fields: []FieldError{{Field: m[1], Message: "unknown field"}}}
 	}
 	return &ValidationError{Status: http.StatusBadRequest, Fields: []FieldError{{Field: "body", Message: err.Error()}}}
