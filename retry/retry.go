@@ -7,6 +7,7 @@ package retry
 
 import (
 	"math"
+	"math/bits"
 	"time"
 
 	"github.com/roomhub/messaging-api/rooms"
@@ -170,8 +171,12 @@ func Backoff(function string, lo, hi int64, n, num int) int64 {
 		}
 		return int64(math.Floor(float64(lo) * math.Pow(float64(hi)/float64(lo), float64(n-1)/float64(num-1))))
 	case rooms.BackoffExponential:
-		if num <= 62 {
-			return lo + span*(int64(1)<<(n-1)-1)/(int64(1)<<(num-1)-1)
+		if num <= 62 && span >= 0 {
+			// span·(2^(n−1) − 1) passes 2^63 from n ≈ 35 at a week's span:
+			// multiply and divide in 128 bits.
+			prodHi, prodLo := bits.Mul64(uint64(span), uint64(1)<<(n-1)-1)
+			q, _ := bits.Div64(prodHi, prodLo, uint64(1)<<(num-1)-1)
+			return lo + int64(q)
 		}
 		// 2^(n−1−(NUM−1)) keeps the ratio finite for large NUM.
 		ratio := (math.Exp2(float64(n-num)) - math.Exp2(float64(1-num))) / (1 - math.Exp2(float64(1-num)))
