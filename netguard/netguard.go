@@ -220,7 +220,23 @@ func (g Guard) CheckURL(u *url.URL) error {
 	if a, err := netip.ParseAddr(host); err == nil {
 		return g.CheckAddr(a)
 	}
+	if numericLabel(host[strings.LastIndexByte(host, '.')+1:]) {
+		// "127.1", "2130706433", "0x7f.1", "0177.0.0.1": not a name (the
+		// last label of one is never numeric, RFC 3696 §2) but an IPv4
+		// address in a form that some resolvers and URL parsers accept.
+		return &RefusedError{Target: u.Hostname(), Reason: "is not a host name: write an IPv4 address as four decimal numbers (SSRF guard)"}
+	}
 	return nil
+}
+
+// numericLabel reports whether a DNS label is a decimal, octal or 0x hex
+// number, which URL parsers take for (part of) an IPv4 address.
+func numericLabel(label string) bool {
+	if len(label) > 2 && (label[:2] == "0x" || label[:2] == "0X") {
+		label = label[2:]
+		return strings.Trim(label, "0123456789abcdefABCDEF") == "" && label != ""
+	}
+	return label != "" && strings.Trim(label, "0123456789") == ""
 }
 
 // Control is a net.Dialer Control hook: it refuses to connect to an address

@@ -232,6 +232,14 @@ func TestCheckURL(t *testing.T) {
 		{"https only allows https", Guard{HTTPSOnly: true}, "https://hooks.example.com/x", ""},
 		{"https only still checks the address", Guard{HTTPSOnly: true}, "https://192.168.1.1/x", "private"},
 		{"other scheme", Guard{}, "ftp://hooks.example.com/x", "scheme ftp"},
+		{"short IPv4", Guard{}, "http://127.1/x", "is not a host name"},
+		{"decimal IPv4", Guard{}, "http://2130706433/x", "is not a host name"},
+		{"hex IPv4", Guard{}, "http://0x7f000001/x", "is not a host name"},
+		{"octal IPv4", Guard{}, "http://0177.0.0.1/x", "is not a host name"},
+		{"hex label", Guard{}, "http://10.0x0.0.1/x", "is not a host name"},
+		{"numeric first label", Guard{}, "http://1password.example.com/x", ""},
+		{"digits in the last label", Guard{}, "http://hooks.example.c0m/x", ""},
+		{"hex-looking name", Guard{}, "http://hooks.0xcafe.dev/x", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
