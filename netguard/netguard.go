@@ -111,7 +111,6 @@ var forbiddenV6 = []forbidden{
 	{netip.MustParsePrefix("fe80::/10"), "link-local"},                                 // RFC 4291
 	{netip.MustParsePrefix("fec0::/10"), "site-local"},                                 // deprecated by RFC 3879
 	{netip.MustParsePrefix("ff00::/8"), "multicast"},                                   // RFC 4291
-	{netip.MustParsePrefix("64:ff9b::/32"), "reserved (unassigned NAT64 space)"},       // beyond the two NAT64 prefixes
 	{netip.MustParsePrefix("::ffff:0:0:0/96"), "reserved (IPv4-translated, SIIT)"},     // RFC 2765
 	{netip.MustParsePrefix("100:0:0:1::/64"), "reserved (dummy prefix)"},               // RFC 9780
 	{netip.MustParsePrefix("2620:4f:8000::/48"), "reserved (AS112 direct delegation)"}, // RFC 7534
@@ -120,6 +119,9 @@ var forbiddenV6 = []forbidden{
 var (
 	nat64 = netip.MustParsePrefix("64:ff9b::/96") // RFC 6052 well-known prefix
 	sixTo = netip.MustParsePrefix("2002::/16")    // RFC 3056 6to4
+	// Global unicast IPv6 (RFC 4291 §2.4, IANA IPv6 Address Space): the rest
+	// of the space is reserved, link- or site-scoped, or multicast.
+	global6 = netip.MustParsePrefix("2000::/3")
 )
 
 // embeddedV4 returns the IPv4 address that a connection to a reaches:
@@ -149,6 +151,9 @@ func kindOf(a netip.Addr) string {
 		if f.prefix.Contains(a) {
 			return f.kind
 		}
+	}
+	if a.Is6() && !global6.Contains(a) {
+		return "non-global IPv6"
 	}
 	return ""
 }

@@ -78,7 +78,11 @@ func TestCheckAddr(t *testing.T) {
 		{"5f00::1", "SRv6"},
 		{"64:ff9b:1::a00:1", "local-use NAT64"},
 		{"64:ff9b:1:abcd::808:808", "local-use NAT64"},
-		{"64:ff9b:2::1", "unassigned NAT64"},
+		{"64:ff9b:2::1", "is a non-global IPv6 address"},
+		{"400::1", "is a non-global IPv6 address"},
+		{"4000::1", "is a non-global IPv6 address"},
+		{"c000::1", "is a non-global IPv6 address"},
+		{"3ffe::1", ""}, // global unicast (the 6bone, returned), not special
 		{"::ffff:0:a00:1", "IPv4-translated"},
 		// IPv4 embedded in IPv6: judged as the IPv4 address.
 		{"::ffff:127.0.0.1", "embeds 127.0.0.1 (IPv4-mapped), a loopback address"},
