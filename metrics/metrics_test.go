@@ -1,0 +1,62 @@
+package metrics
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestEveryMetricDocumented: docs/operations.md lists every metric this
+// package registers.
+func TestEveryMetricDocumented(t *testing.T) {
+	t.Parallel()
+	doc, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := New(Options{RoomLabel: true})
+	m.CollectStore(StoreQueries{
+		Outbox: func(context.Context) (int, time.Time, error) { return 3, time.Now().Add(-time.Minute), nil },
+		Leases: func(context.Context) (int, error) { return 2, nil },
+	}, time.Second, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	// Touch every vector so that it has a series to gather.
+	m.Published("r", 1, map[string]int{"push": 1})
+	m.Relayed("sent", 1)
+	m.Handled("push", "delivered", 1, time.Second)
+	m.RetryScheduled("push", time.Second)
+	m.PushRequest("delivered", time.Millisecond)
+	m.Deferred("slow")
+	m.Paused(false)
+	m.httpDuration.WithLabelValues("GET", "/x", "200").Observe(0.1)
+	families, err := m.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range families {
+		name := f.GetName()
+		if !strings.HasPrefix(name, namespace+"_") {
+			continue
+		}
+		n++
+		if !strings.Contains(string(doc), "`"+name+"`") {
+			t.Errorf("%s is not in docs/operations.md", name)
+		}
+	}
+	if n != 17 {
+		t.Errorf("gathered %d messaging_ metrics, want 17: a new one needs a row in the doc and here", n)
+	}
+}
+
+func TestMethodLabelBounded(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{"GET": "GET", "POST": "POST", "BREW": "other", "get": "other"} {
+		if got := method(in); got != want {
+			t.Errorf("method(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
