@@ -153,8 +153,8 @@ type Dispatcher struct {
 func New(cfg Config, b Broker, dir Directory, log Log, client *http.Client, now func() time.Time, logger *slog.Logger) *Dispatcher {
 	return &Dispatcher{
 		cfg: cfg, broker: b, dir: dir, log: log, client: client, now: now, logger: logger,
-		owner:  "dispatcher-" + uuid.NewString(),
-		cache:  targetCache{ttl: cfg.CacheTTL, m: map[uuid.UUID]cachedTarget{}},
+		owner:    "dispatcher-" + uuid.NewString(),
+		cache:    targetCache{ttl: cfg.CacheTTL, m: map[uuid.UUID]cachedTarget{}},
 		policy:   retry.For,
 		rand:     rand.Float64,
 		spanRand: rand.Uint64,
@@ -542,9 +542,16 @@ func EventOf(d *broker.Delivery) publish.Event {
 	if ms, err := strconv.ParseInt(d.Headers[publish.HeaderExpiresAt], 10, 64); err == nil && ev.ExpiresAt.IsZero() {
 		ev.ExpiresAt = time.UnixMilli(ms).UTC()
 	}
-	ev.ID, _ = uuid.Parse(d.Headers[publish.HeaderEventID])
-	ev.RoomID, _ = uuid.Parse(d.Headers[publish.HeaderRoomID])
-	ev.Version, _ = strconv.Atoi(d.Headers[publish.HeaderEventVersion])
+	// uuid.Parse returns a half-filled id with its error: keep uuid.Nil.
+	if id, err := uuid.Parse(d.Headers[publish.HeaderEventID]); err == nil {
+		ev.ID = id
+	}
+	if id, err := uuid.Parse(d.Headers[publish.HeaderRoomID]); err == nil {
+		ev.RoomID = id
+	}
+	if v, err := strconv.Atoi(d.Headers[publish.HeaderEventVersion]); err == nil { // Atoi clamps an out-of-range value
+		ev.Version = v
+	}
 	if us, err := strconv.ParseInt(d.Headers[publish.HeaderPublishedAt], 10, 64); err == nil {
 		ev.PublishedAt = time.UnixMicro(us).UTC()
 	}

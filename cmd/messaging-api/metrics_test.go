@@ -161,10 +161,10 @@ func TestMetricsAddUp(t *testing.T) {
 	pullSub := plSub{c: c, room: room, id: ps.ID}
 
 	scripts := []string{
-		"fail",      // 3 attempts, then dead-lettered: 2 retries
-		"fail,ok",   // 1 retry, delivered
-		"fail,ok",   // 1 retry, delivered
-		"refuse",    // a permanent failure: refused
+		"fail",     // 3 attempts, then dead-lettered: 2 retries
+		"fail,ok",  // 1 retry, delivered
+		"fail,ok",  // 1 retry, delivered
+		"refuse",   // a permanent failure: refused
 		"ok", "ok", // delivered at once
 	}
 	for _, s := range scripts {
