@@ -190,14 +190,12 @@ func (p *Dispatcher) Run(ctx context.Context) error {
 	}
 	for range max(1, p.cfg.Workers) {
 		wg.Go(func() {
-			// A job is taken only while the database answers: one taken
-			// before an outage waits here, unacked, and is not attempted.
-			for p.gate.wait(workCtx) {
-				j := sched.take()
-				if j == nil {
-					return
+			// A job starts only while the database answers: one taken
+			// during an outage waits here, unacked, and is not attempted.
+			for j := sched.take(); j != nil; j = sched.take() {
+				if p.gate.wait(workCtx) {
+					p.handle(workCtx, j)
 				}
-				p.handle(workCtx, j)
 				sched.done(j)
 			}
 		})
@@ -209,14 +207,14 @@ read:
 		// While the database is down nothing is read: the messages stay
 		// with the broker (or unacked in the prefetch window), and none is
 		// attempted, counted or dead-lettered.
-		in, resumed := sub.C(), (<-chan struct{})(nil)
+		in, changed := sub.C(), p.gate.downCh()
 		if down, up := p.gate.state(); down {
-			in, resumed = nil, up
+			in, changed = nil, up
 		}
 		select {
 		case <-ctx.Done():
 			break read
-		case <-resumed:
+		case <-changed:
 		case d, ok := <-in:
 			if !ok {
 				break read

@@ -54,15 +54,23 @@ type gate struct {
 	every time.Duration
 	check chan struct{} // asks watch to ping now
 
-	mu   sync.Mutex
-	down bool
-	up   chan struct{} // closed while up
+	mu     sync.Mutex
+	down   bool
+	up     chan struct{} // closed while up
+	closed chan struct{} // closed while down
 }
 
 func newGate() *gate {
 	up := make(chan struct{})
 	close(up)
-	return &gate{up: up, check: make(chan struct{}, 1), every: time.Second}
+	return &gate{up: up, closed: make(chan struct{}), check: make(chan struct{}, 1), every: time.Second}
+}
+
+// downCh is closed when the gate closes (at once if it is closed).
+func (g *gate) downCh() <-chan struct{} {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.closed
 }
 
 // state reports whether the gate is closed, and a channel closed when it opens.
@@ -100,7 +108,9 @@ func (g *gate) set(down bool) bool {
 	g.down = down
 	if down {
 		g.up = make(chan struct{})
+		close(g.closed)
 	} else {
+		g.closed = make(chan struct{})
 		close(g.up)
 	}
 	return true

@@ -1,0 +1,177 @@
+package push
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/rooms"
+	"github.com/roomhub/messaging-api/subscriptions"
+)
+
+// flakyDB is a Directory and Log whose every call fails while down.
+type flakyDB struct {
+	sub  subscriptions.Subscription
+	down atomic.Bool
+
+	mu      sync.Mutex
+	settled []Settlement
+}
+
+var errDown = errors.New("database unreachable")
+
+func (f *flakyDB) PushTarget(context.Context, uuid.UUID, uuid.UUID) (rooms.Room, subscriptions.Subscription, error) {
+	if f.down.Load() {
+		return rooms.Room{}, subscriptions.Subscription{}, errDown
+	}
+	return rooms.Room{DeliveryAttempts: 3, DeliveryDelay: 10, DeliveryDelayMultiplier: 1}, f.sub, nil
+}
+
+func (f *flakyDB) Settle(_ context.Context, s Settlement) error {
+	if f.down.Load() {
+		return errDown
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.settled = append(f.settled, s)
+	return nil
+}
+
+func (f *flakyDB) MarkSent(context.Context, []uuid.UUID, time.Time) error { return nil }
+func (f *flakyDB) Release(context.Context, []uuid.UUID) error             { return nil }
+
+func (f *flakyDB) ping(context.Context) error {
+	if f.down.Load() {
+		return errDown
+	}
+	return nil
+}
+
+func (f *flakyDB) outcomes() []publish.Status {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []publish.Status
+	for _, s := range f.settled {
+		out = append(out, s.Attempt.Status)
+	}
+	return out
+}
+
+// pauses records what the dispatcher reports.
+type pauses struct {
+	nopObserver
+	mu     sync.Mutex
+	events []bool
+	final  map[string]int
+}
+
+func (p *pauses) Paused(b bool) { p.mu.Lock(); p.events = append(p.events, b); p.mu.Unlock() }
+func (p *pauses) Handled(_, outcome string, _ int, _ time.Duration) {
+	p.mu.Lock()
+	p.final[outcome]++
+	p.mu.Unlock()
+}
+
+func (p *pauses) snapshot() ([]bool, map[string]int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := map[string]int{}
+	for k, v := range p.final {
+		m[k] = v
+	}
+	return append([]bool(nil), p.events...), m
+}
+
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within %v", what, within)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestDispatcherPausesWhileDatabaseDown: the database fails while a request
+// is in flight. The request is not repeated: its outcome waits and is stored
+// once the database is back; the message published meanwhile is not taken
+// (no attempt, no outcome) until then; the observer sees pause and resume.
+func TestDispatcherPausesWhileDatabaseDown(t *testing.T) {
+	t.Parallel()
+	db := &flakyDB{}
+	var requests atomic.Int32
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		if requests.Add(1) == 1 {
+			db.down.Store(true) // the database goes away during the first request
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(hook.Close)
+	db.sub = subscriptions.Subscription{ID: uuid.New(), Type: subscriptions.TypePush, PushURL: hook.URL, Status: subscriptions.StatusActive}
+
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	b := broker.NewEmbedded(logger)
+	t.Cleanup(func() { _ = b.Close() })
+	queue := broker.Destination{Address: "push", Queue: "push"}
+	cfg := DefaultConfig(queue)
+	cfg.Workers, cfg.ShutdownGrace = 4, time.Second
+	obs := &pauses{final: map[string]int{}}
+	d := New(cfg, b, db, db, NewHTTPClient(time.Second, loopbackAllowed()), time.Now, logger).Observe(obs).WatchDatabase(db.ping, 20*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	send := func() {
+		t.Helper()
+		ev := publish.Event{ID: uuid.New(), RoomID: uuid.New(), EventType: "tick", Version: 1, Payload: []byte(`{}`), PublishedAt: time.Now()}
+		s := publish.Send{ID: uuid.New(), EventID: ev.ID, RoomID: ev.RoomID, CorrelationID: "c-" + ev.ID.String(),
+			SubscriptionID: db.sub.ID, Destination: queue.FQQN(), Attempt: 1, CreatedAt: time.Now()}
+		if err := b.Send(context.Background(), publish.Message(publish.Pending{Send: s, Event: ev}, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send()
+	eventually(t, 5*time.Second, "pause", func() bool { ev, _ := obs.snapshot(); return len(ev) == 1 && ev[0] })
+	send()
+	time.Sleep(300 * time.Millisecond) // outage: backoffs and pings come and go
+	if n := requests.Load(); n != 1 {
+		t.Errorf("%d requests during the outage, want only the one in flight when it began", n)
+	}
+	if got := db.outcomes(); len(got) != 0 {
+		t.Errorf("outcomes stored while the database was down: %v", got)
+	}
+	if _, final := obs.snapshot(); len(final) != 0 {
+		t.Errorf("outcomes observed while the database was down: %v", final)
+	}
+
+	db.down.Store(false)
+	eventually(t, 5*time.Second, "both delivered", func() bool { return len(db.outcomes()) == 2 })
+	if n := requests.Load(); n != 2 {
+		t.Errorf("%d requests, want 2: one per message", n)
+	}
+	for i, s := range db.outcomes() {
+		if s != publish.StatusDelivered {
+			t.Errorf("outcome %d: %s, want delivered", i, s)
+		}
+	}
+	ev, final := obs.snapshot()
+	if len(ev) != 2 || ev[1] {
+		t.Errorf("pause events %v, want [true false]", ev)
+	}
+	if final[OutcomeDelivered] != 2 || len(final) != 1 {
+		t.Errorf("observed %v, want 2 delivered", final)
+	}
+}
