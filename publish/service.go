@@ -219,6 +219,10 @@ func (s *Service) prepare(ctx context.Context, room rooms.Room, in Input, field,
 		if len(v) > maxAttributeValue {
 			probs.Add(field+"attributes."+k, fmt.Sprintf("must be at most %d bytes", maxAttributeValue))
 		}
+		if strings.ContainsFunc(v, func(r rune) bool { return (r < ' ' && r != '\t') || r == 0x7f }) {
+			// Push sends it as an X-Attr-<name> header, which net/http refuses to send.
+			probs.Add(field+"attributes."+k, "must not contain control characters other than tab")
+		}
 	}
 	if len(in.Payload) == 0 {
 		probs.Add(field+"payload", "is required (any JSON value; null is allowed only if the schema allows it)")
