@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strconv"
 
 	"github.com/labstack/echo/v4"
 )
@@ -44,8 +45,14 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 		} else {
 			logger.DebugContext(c.Request().Context(), "request rejected", append(attrs, slog.String("error", err.Error()))...)
 		}
-		if p.Status == http.StatusServiceUnavailable || p.Status == http.StatusTooManyRequests {
+		var rl *RateLimitedError
+		switch {
+		case errors.As(err, &rl):
+			c.Response().Header().Set("Retry-After", strconv.Itoa(retryAfterSeconds(rl.RetryAfter)))
+		case p.Status == http.StatusServiceUnavailable || p.Status == http.StatusTooManyRequests:
 			c.Response().Header().Set("Retry-After", "1")
+		case p.Status == http.StatusUnauthorized:
+			c.Response().Header().Set("WWW-Authenticate", `Bearer realm="messaging-api"`)
 		}
 		c.Response().Header().Set(echo.HeaderContentType, ProblemContentType)
 		c.Response().WriteHeader(p.Status)
@@ -59,7 +66,14 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 func toProblem(err error) Problem {
 	var ve *ValidationError
 	var he *echo.HTTPError
+	var rl *RateLimitedError
 	switch {
+	case errors.As(err, &rl):
+		return newProblem(http.StatusTooManyRequests, rl.Detail, nil)
+	case errors.Is(err, ErrUnauthorized):
+		return newProblem(http.StatusUnauthorized, err.Error(), nil)
+	case errors.Is(err, ErrForbidden):
+		return newProblem(http.StatusForbidden, err.Error(), nil)
 	case errors.As(err, &ve):
 		status := ve.Status
 		if status == 0 {

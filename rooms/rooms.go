@@ -94,6 +94,11 @@ type Cleanup interface {
 type ListQuery struct {
 	Limit int
 	After uuid.UUID
+	// Restricted limits the list to the rooms of ManagerIdentifier (when
+	// set) or else to IDs.
+	Restricted        bool
+	ManagerIdentifier string
+	IDs               []uuid.UUID
 }
 
 // Store is what the service needs from persistence.

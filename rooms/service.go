@@ -182,6 +182,15 @@ func (s *Service) CreateRoom(ctx context.Context, p RoomPatch) (Room, error) {
 	now := s.now().UTC()
 	r := NewRoomDefaults()
 	r.ID, r.CreatedAt, r.UpdatedAt = uuid.Must(uuid.NewV7()), now, now
+	if c := api.CallerFrom(ctx); !c.Admin() {
+		// A manager creates rooms it manages; it may leave the field out.
+		if !p.ManagerIdentifier.Set || p.ManagerIdentifier.Null {
+			p.ManagerIdentifier = api.Nullable[string]{Set: true, Value: c.Subject}
+		}
+		if !c.Manages(p.ManagerIdentifier.Value) {
+			return Room{}, api.Forbidden("managerIdentifier: a manager key creates only rooms whose managerIdentifier is its subject %q", c.Subject)
+		}
+	}
 	if err := p.apply(&r, true); err != nil {
 		return Room{}, err
 	}
@@ -209,6 +218,17 @@ func (s *Service) Rooms(ctx context.Context, page api.Page) ([]Room, error) {
 		return nil, err
 	}
 	q := ListQuery{Limit: page.Limit, After: after}
+	if c := api.CallerFrom(ctx); !c.Admin() {
+		// Each key sees only its rooms.
+		q.Restricted = true
+		if c.Role == api.RoleManager {
+			q.ManagerIdentifier = c.Subject
+		} else {
+			for id := range c.Rooms {
+				q.IDs = append(q.IDs, id)
+			}
+		}
+	}
 	return s.store.Rooms(ctx, q)
 }
 
@@ -217,6 +237,9 @@ func (s *Service) UpdateRoom(ctx context.Context, ref string, p RoomPatch) (Room
 	r, err := s.Room(ctx, ref)
 	if err != nil {
 		return Room{}, err
+	}
+	if c := api.CallerFrom(ctx); !c.Admin() && p.ManagerIdentifier.Set && !c.Manages(p.ManagerIdentifier.Value) {
+		return Room{}, api.Forbidden("managerIdentifier: only an admin key hands a room to another manager")
 	}
 	if err := p.apply(&r, false); err != nil {
 		return Room{}, err

@@ -136,6 +136,15 @@ func (s *Rooms) Rooms(ctx context.Context, q rooms.ListQuery) ([]rooms.Room, err
 	if q.After != uuid.Nil {
 		tx = tx.Where("id > ?", q.After)
 	}
+	switch {
+	case !q.Restricted:
+	case q.ManagerIdentifier != "":
+		tx = tx.Where("manager_identifier = ?", q.ManagerIdentifier)
+	case len(q.IDs) == 0:
+		return nil, nil
+	default:
+		tx = tx.Where("id IN ?", q.IDs)
+	}
 	if err := tx.Find(&rows).Error; err != nil {
 		return nil, translate(err, nil, nil)
 	}

@@ -36,6 +36,7 @@ type subscriptionRow struct {
 	SigningSecret           string
 	PreviousSigningSecret   string
 	PreviousSecretExpiresAt *time.Time
+	Owner                   string
 	CreatedAt               time.Time `gorm:"autoCreateTime:false"`
 	UpdatedAt               time.Time `gorm:"autoUpdateTime:false"`
 }
@@ -61,6 +62,7 @@ func toSubscriptionRow(s subscriptions.Subscription) subscriptionRow {
 		AckDeadline:   s.AckDeadline.Milliseconds(),
 		SigningSecret: s.SigningSecret, PreviousSigningSecret: s.PreviousSecret,
 		PreviousSecretExpiresAt: timePtr(s.PreviousSecretExpiresAt),
+		Owner:                   s.Owner,
 		CreatedAt:               s.CreatedAt, UpdatedAt: s.UpdatedAt,
 	}
 }
@@ -129,6 +131,9 @@ func (s *Subscriptions) Subscriptions(ctx context.Context, q subscriptions.Query
 	if q.Type != "" {
 		tx = tx.Where("type = ?", string(q.Type))
 	}
+	if q.OwnerSet {
+		tx = tx.Where("owner = ?", q.Owner)
+	}
 	if q.Status != "" {
 		tx = tx.Where("status = ?", string(q.Status))
 	}
@@ -186,7 +191,7 @@ func (s *Subscriptions) withFilters(ctx context.Context, rows []subscriptionRow)
 	for i, r := range rows {
 		out[i] = subscriptions.Subscription{
 			ID: r.ID, RoomID: r.RoomID, Type: subscriptions.Type(r.Type), PushURL: r.PushURL,
-			EventTypes:    byID[r.ID],
+			EventTypes: byID[r.ID], Owner: r.Owner,
 			DeliveryDelay: r.DeliveryDelay, DeliveryDelayMultiplier: r.DeliveryDelayMultiplier,
 			DeliveryAttempts: r.DeliveryAttempts, Status: subscriptions.Status(r.Status),
 			MaxDeliveryDelay: r.MaxDeliveryDelay, DeliveryJitter: r.DeliveryJitter, RetryPolicy: policyOf(r.RetryPolicy),
@@ -251,4 +256,11 @@ func (s *Subscriptions) DeleteSubscription(ctx context.Context, roomID, id uuid.
 		return res.Error
 	})
 	return translate(err, subscriptions.ErrNotFound, nil)
+}
+
+// CountSubscriptions implements subscriptions.Store.
+func (s *Subscriptions) CountSubscriptions(ctx context.Context, roomID uuid.UUID) (int, error) {
+	var n int64
+	err := s.tx(ctx).Model(&subscriptionRow{}).Where("room_id = ? AND status <> ?", roomID, string(subscriptions.StatusTerminated)).Count(&n).Error
+	return int(n), translate(err, nil, nil)
 }

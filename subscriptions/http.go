@@ -36,6 +36,7 @@ type request struct {
 	RetryPolicy             api.Nullable[rooms.RetryPolicy] `json:"retryPolicy"`
 	AckDeadline             api.Nullable[int64]             `json:"ackDeadline"`
 	Status                  api.Nullable[Status]            `json:"status"`
+	Owner                   api.Nullable[string]            `json:"owner"`
 }
 
 type response struct {
@@ -53,6 +54,7 @@ type response struct {
 	RetryPolicy             *rooms.RetryPolicy `json:"retryPolicy"`
 	AckDeadline             int64              `json:"ackDeadline"`
 	Status                  Status             `json:"status"`
+	Owner                   *string            `json:"owner"`
 	// SigningSecret is shown only when it is made: at creation and rotation.
 	SigningSecret string    `json:"signingSecret,omitempty"`
 	CreatedAt     time.Time `json:"createdAt"`
@@ -75,6 +77,10 @@ func toResponse(s Subscription) response {
 		Status:                  s.Status,
 		CreatedAt:               s.CreatedAt,
 		UpdatedAt:               s.UpdatedAt,
+	}
+	if s.Owner != "" {
+		o := s.Owner
+		r.Owner = &o
 	}
 	for i, f := range s.EventTypes {
 		r.EventTypes[i] = FilterInput{EventType: f.EventType, Versions: f.Versions}

@@ -39,7 +39,12 @@ type Service struct {
 	checkTarget TargetCheck
 	now         func() time.Time
 	logger      *slog.Logger
+	maxPerRoom  int
 }
+
+// SetMaxPerRoom caps the subscriptions of one room (0: no cap). Under
+// concurrent creation the cap may be passed by the number of racing requests.
+func (svc *Service) SetMaxPerRoom(n int) { svc.maxPerRoom = n }
 
 // TargetCheck returns an error saying why a push URL must not be used, or
 // nil; it must not resolve names (netguard.Guard.CheckURL is one). The
@@ -71,6 +76,7 @@ type Patch struct {
 	RetryPolicy             api.Nullable[rooms.RetryPolicy]
 	AckDeadline             api.Nullable[int64]
 	Status                  api.Nullable[Status]
+	Owner                   api.Nullable[string]
 }
 
 // apply validates p against room and writes it onto s.
@@ -283,8 +289,25 @@ func (svc *Service) Create(ctx context.Context, roomRef string, p Patch) (Subscr
 		CreatedAt:   now,
 		UpdatedAt:   now,
 	}
+	if c := api.CallerFrom(ctx); c != nil && c.Role == api.RoleSubscriber && !p.Owner.Set {
+		// A subscriber's subscriptions are its own.
+		p.Owner = api.Nullable[string]{Set: true, Value: c.Subject}
+	}
+	if err := applyOwner(ctx, &s, p.Owner); err != nil {
+		return Subscription{}, err
+	}
 	if err := svc.apply(ctx, room, &s, p, true); err != nil {
 		return Subscription{}, err
+	}
+	if svc.maxPerRoom > 0 {
+		n, err := svc.store.CountSubscriptions(ctx, room.ID)
+		if err != nil {
+			return Subscription{}, err
+		}
+		if n >= svc.maxPerRoom {
+			return Subscription{}, fmt.Errorf("%w: room %s has %d subscriptions, the most a room may have (ROOM_MAX_SUBSCRIPTIONS); delete one first",
+				api.ErrConflict, room.ID, n)
+		}
 	}
 	if s.Type == TypePush {
 		s.SigningSecret = NewSecret()
@@ -325,6 +348,9 @@ func (svc *Service) List(ctx context.Context, roomRef string, q Query, page api.
 	}
 	q.RoomID = room.ID
 	q.Limit = page.Limit
+	if c := api.CallerFrom(ctx); c != nil && c.Role == api.RoleSubscriber {
+		q.Owner, q.OwnerSet = c.Subject, true
+	}
 	if q.After, err = page.AfterID(); err != nil {
 		return nil, err
 	}
@@ -339,6 +365,9 @@ func (svc *Service) Update(ctx context.Context, roomRef, id string, p Patch) (Su
 	}
 	if s.Status == StatusTerminated {
 		return Subscription{}, ErrTerminated
+	}
+	if err := applyOwner(ctx, &s, p.Owner); err != nil {
+		return Subscription{}, err
 	}
 	if err := svc.apply(ctx, room, &s, p, false); err != nil {
 		return Subscription{}, err
@@ -422,4 +451,24 @@ func (svc *Service) RotateSecret(ctx context.Context, roomRef, id string, grace 
 		return Subscription{}, err
 	}
 	return s, nil
+}
+
+// applyOwner sets the owner from a request: anyone but a subscriber key may
+// name any owner; a subscriber only itself.
+func applyOwner(ctx context.Context, s *Subscription, owner api.Nullable[string]) error {
+	if !owner.Set {
+		return nil
+	}
+	v := ""
+	if !owner.Null {
+		v = strings.TrimSpace(owner.Value)
+		if v == "" || len(v) > 200 {
+			return api.Invalid("owner", "must be 1 to 200 characters, or null for no owner")
+		}
+	}
+	if c := api.CallerFrom(ctx); c != nil && c.Role == api.RoleSubscriber && v != c.Subject {
+		return api.Forbidden("owner: a subscriber key owns its subscriptions itself (%q)", c.Subject)
+	}
+	s.Owner = v
+	return nil
 }

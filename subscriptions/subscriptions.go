@@ -73,6 +73,9 @@ type Subscription struct {
 	// delivered again (PULL only).
 	AckDeadline time.Duration
 	Status      Status
+	// Owner is the subject of the subscriber key that owns the subscription
+	// ("" for none): that key may use it, other subscriber keys never see it.
+	Owner string
 	// SigningSecret signs PUSH requests (Standard Webhooks, "whsec_..."). After
 	// a rotation the previous one also signs until PreviousSecretExpiresAt.
 	SigningSecret           string
@@ -116,8 +119,11 @@ type Query struct {
 	RoomID uuid.UUID
 	Type   Type   // "" for any
 	Status Status // "" for any
-	Limit  int    // 0 for all
-	After  uuid.UUID
+	// Owner limits the list to one owner's subscriptions when OwnerSet.
+	Owner    string
+	OwnerSet bool
+	Limit    int // 0 for all
+	After    uuid.UUID
 }
 
 // Store is what the service needs from persistence.
@@ -132,6 +138,8 @@ type Store interface {
 	// UpdateSecrets saves s's signing secrets.
 	UpdateSecrets(ctx context.Context, s Subscription) error
 	DeleteSubscription(ctx context.Context, roomID, id uuid.UUID) error
+	// CountSubscriptions counts the room's subscriptions that are not TERMINATED.
+	CountSubscriptions(ctx context.Context, roomID uuid.UUID) (int, error)
 }
 
 // Catalog finds rooms, event types and versions (rooms.Service is one).
