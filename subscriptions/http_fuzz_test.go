@@ -1,0 +1,241 @@
+package subscriptions_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"maps"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/labstack/echo/v4"
+
+	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/retry"
+	"github.com/roomhub/messaging-api/rooms"
+	"github.com/roomhub/messaging-api/subscriptions"
+)
+
+var (
+	fuzzRoomID  = uuid.MustParse("0190b7a4-8f7e-7c3e-9c1a-2b7f0d1e2a3b")
+	fuzzPushID  = uuid.MustParse("0190b7a4-8f7e-7c3e-9c1a-2b7f0d1e2a01")
+	fuzzPullID  = uuid.MustParse("0190b7a4-8f7e-7c3e-9c1a-2b7f0d1e2a02")
+	fuzzEventID = uuid.MustParse("0190b7a4-8f7e-7c3e-9c1a-2b7f0d1e2a10")
+)
+
+// FuzzSubscriptionRequest drives POST and PATCH of PUSH and PULL
+// subscriptions with any body: never a 500 or a panic; a rejection is a
+// problem naming fields; an accepted subscription keeps every setting in
+// range and its retry schedule finite, with delays from 0 to a week.
+func FuzzSubscriptionRequest(f *testing.F) {
+	for _, s := range []string{
+		`{"type":"PUSH","pushUrl":"https://example.com/hook","eventTypes":[{"eventType":"order.created"}]}`,
+		`{"type":"PULL","eventTypes":[{"eventType":"order.created","versions":[2,1]}],"ackDeadline":600000}`,
+		`{"type":"PUSH","pushUrl":"http://[::1]:80/x","eventTypes":[{"eventType":"order.created"}],"deliveryDelay":1,"deliveryDelayMultiplier":1000,"deliveryAttempts":1000,"maxDeliveryDelay":604800000,"deliveryJitter":1}`,
+		`{"retryPolicy":{"backoffRetries":45,"maximumDelay":604800000,"minimumDelay":0,"retryBackoffFunction":"exponential"}}`,
+		`{"retryPolicy":{"ignoreSubscriptionOverride":true}}`,
+		`{"retryPolicy":null,"deliveryDelay":null,"deliveryAttempts":null,"ackDeadline":null}`,
+		`{"eventTypes":[{"eventType":"order.created","versions":[1,1,3]},{"eventType":"order.created"},{"eventType":""},{"eventType":"nope"}]}`,
+		`{"eventTypes":[]}`, `{"eventTypes":null}`, `{"eventTypes":[{"eventType":"order.created","versions":[-1,0,9223372036854775807]}]}`,
+		`{"type":"PULL","pushUrl":"https://example.com"}`, `{"type":"push"}`, `{"type":null}`,
+		`{"pushUrl":"https://example.com/#frag"}`, `{"pushUrl":"ftp://example.com"}`, `{"pushUrl":"http://"}`, `{"pushUrl":"%zz"}`,
+		`{"status":"PAUSED"}`, `{"status":"TERMINATED"}`, `{"status":null}`, `{"owner":"team-a"}`,
+		`{"deliveryDelayMultiplier":"NaN"}`, `{"deliveryJitter":1e400}`, `{"ackDeadline":-1}`,
+		`{"eventtypes":[]}`, `{"":0}`, `{}`, `null`, ``, `[`, `{"type":"PUSH"}{}`,
+	} {
+		for mode := uint8(0); mode < 3; mode++ {
+			f.Add([]byte(s), mode)
+		}
+	}
+	h := newSubHarness() // one per worker: echo.New costs more than a request
+	f.Fuzz(func(t *testing.T, body []byte, mode uint8) {
+		h.store.reset()
+		method, path, want := http.MethodPost, "/v1/rooms/orders/subscriptions", http.StatusCreated
+		switch mode % 3 {
+		case 1:
+			method, path, want = http.MethodPatch, "/v1/rooms/orders/subscriptions/"+fuzzPushID.String(), http.StatusOK
+		case 2:
+			method, path, want = http.MethodPatch, "/v1/rooms/orders/subscriptions/"+fuzzPullID.String(), http.StatusOK
+		}
+		req := httptest.NewRequest(method, path, strings.NewReader(string(body)))
+		req.Header.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
+		rec := httptest.NewRecorder()
+		h.e.ServeHTTP(rec, req)
+		checkStatus(t, rec, want, http.StatusBadRequest, http.StatusUnprocessableEntity, http.StatusConflict)
+		if rec.Code != want {
+			return
+		}
+		var resp struct {
+			ID string `json:"id"`
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil {
+			t.Fatalf("%d body %q: %v", rec.Code, rec.Body, err)
+		}
+		sub, ok := h.store.subs[uuid.MustParse(resp.ID)]
+		if !ok {
+			t.Fatalf("answered %d for subscription %s, which was not stored", rec.Code, resp.ID)
+		}
+		checkSubscription(t, h.catalog.room, sub)
+	})
+}
+
+// checkSubscription: the stored subscription's settings are in range, and
+// the policy its messages follow is finite with delays from 0 to a week.
+func checkSubscription(t *testing.T, room rooms.Room, s subscriptions.Subscription) {
+	t.Helper()
+	inRange := func(v *int64, lo, hi int64) bool { return v == nil || (*v >= lo && *v <= hi) }
+	switch {
+	case s.Type != subscriptions.TypePush && s.Type != subscriptions.TypePull,
+		(s.Type == subscriptions.TypePush) != (s.PushURL != ""),
+		len(s.EventTypes) == 0,
+		!inRange(s.DeliveryDelay, 1, rooms.MaxDeliveryDelay),
+		!inRange(s.MaxDeliveryDelay, 1, rooms.MaxDeliveryDelay),
+		s.DeliveryAttempts != nil && (*s.DeliveryAttempts < 0 || *s.DeliveryAttempts > rooms.MaxDeliveryAttempts),
+		s.DeliveryDelayMultiplier != nil && !(*s.DeliveryDelayMultiplier >= 1 && *s.DeliveryDelayMultiplier <= rooms.MaxDeliveryDelayMultiplier),
+		s.DeliveryJitter != nil && !(*s.DeliveryJitter >= 0 && *s.DeliveryJitter <= 1),
+		s.AckDeadline < subscriptions.MinAckDeadline || s.AckDeadline > subscriptions.MaxAckDeadline:
+		t.Fatalf("stored subscription out of range: %+v", s)
+	}
+	for _, f := range s.EventTypes {
+		if f.EventTypeID != fuzzEventID {
+			t.Fatalf("filter %+v names an event type that does not exist", f)
+		}
+	}
+	policy := retry.For(room, s)
+	if n := policy.MaxAttempts(); n < 1 || n > rooms.MaxTotalAttempts {
+		t.Fatalf("subscription %+v allows %d attempts", s, n)
+	}
+	for _, sc := range retry.Schedule(policy) {
+		lo, hi := sc.Step.Range()
+		if sc.Step.Delay < 0 || lo < 0 || hi > time.Duration(rooms.MaxDeliveryDelay)*time.Millisecond || sc.SinceMin < 0 {
+			t.Fatalf("subscription %+v: attempt %d: step %+v, range [%v, %v]", s, sc.Attempt, sc.Step, lo, hi)
+		}
+	}
+}
+
+// checkStatus: the answer is one of want; an error is a problem document
+// with that status, and a validation error names its fields.
+func checkStatus(t *testing.T, rec *httptest.ResponseRecorder, want ...int) {
+	t.Helper()
+	ok := false
+	for _, w := range want {
+		ok = ok || rec.Code == w
+	}
+	if !ok {
+		t.Fatalf("status %d (want one of %v): %s", rec.Code, want, rec.Body)
+	}
+	if rec.Code < 400 {
+		return
+	}
+	var p api.Problem
+	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Status != rec.Code {
+		t.Fatalf("problem %q: %v", rec.Body, err)
+	}
+	if rec.Code == http.StatusUnprocessableEntity && len(p.Errors) == 0 {
+		t.Fatalf("422 names no field: %s", rec.Body)
+	}
+	for _, fe := range p.Errors {
+		if fe.Field == "" || fe.Message == "" {
+			t.Fatalf("field error without field or message: %s", rec.Body)
+		}
+	}
+}
+
+type subHarness struct {
+	e       *echo.Echo
+	store   *memSubs
+	catalog *fixedCatalog
+}
+
+func newSubHarness() subHarness {
+	now := func() time.Time { return time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC) }
+	room := rooms.NewRoomDefaults()
+	room.ID, room.Identifier, room.ManagerIdentifier = fuzzRoomID, "orders", "team-a"
+	filter := []subscriptions.Filter{{EventTypeID: fuzzEventID, EventType: "order.created"}}
+	store := &memSubs{initial: map[uuid.UUID]subscriptions.Subscription{
+		fuzzPushID: {ID: fuzzPushID, RoomID: fuzzRoomID, Type: subscriptions.TypePush, PushURL: "https://example.com/hook",
+			EventTypes: filter, AckDeadline: subscriptions.DefaultAckDeadline, Status: subscriptions.StatusActive, SigningSecret: "whsec_AAAA"},
+		fuzzPullID: {ID: fuzzPullID, RoomID: fuzzRoomID, Type: subscriptions.TypePull,
+			EventTypes: filter, AckDeadline: subscriptions.DefaultAckDeadline, Status: subscriptions.StatusActive},
+	}}
+	store.reset()
+	catalog := &fixedCatalog{room: room}
+	svc := subscriptions.NewService(store, catalog, noQueues{}, nil, now, slog.New(slog.DiscardHandler))
+	e := echo.New()
+	e.HTTPErrorHandler = api.ErrorHandler(slog.New(slog.DiscardHandler))
+	subscriptions.Routes(e.Group("/v1"), svc)
+	return subHarness{e: e, store: store, catalog: catalog}
+}
+
+// fixedCatalog has one room, "orders", with the event type order.created in
+// versions 1 and 2.
+type fixedCatalog struct{ room rooms.Room }
+
+func (c *fixedCatalog) Room(_ context.Context, ref string) (rooms.Room, error) {
+	if ref == c.room.Identifier || ref == c.room.ID.String() {
+		return c.room, nil
+	}
+	return rooms.Room{}, rooms.ErrNotFound
+}
+
+func (c *fixedCatalog) EventType(ctx context.Context, ref, identifier string) (rooms.Room, rooms.EventType, error) {
+	r, err := c.Room(ctx, ref)
+	if err != nil {
+		return rooms.Room{}, rooms.EventType{}, err
+	}
+	if identifier != "order.created" {
+		return rooms.Room{}, rooms.EventType{}, rooms.ErrEventTypeNotFound
+	}
+	return r, rooms.EventType{ID: fuzzEventID, RoomID: r.ID, Identifier: identifier}, nil
+}
+
+func (c *fixedCatalog) Version(ctx context.Context, ref, eventType string, version int) (rooms.Version, error) {
+	if _, _, err := c.EventType(ctx, ref, eventType); err != nil {
+		return rooms.Version{}, err
+	}
+	if version != 1 && version != 2 {
+		return rooms.Version{}, rooms.ErrVersionNotFound
+	}
+	return rooms.Version{EventTypeID: fuzzEventID, Version: version, Schema: json.RawMessage(`{}`)}, nil
+}
+
+// memSubs is the part of subscriptions.Store the endpoints use; the rest is
+// embedded nil and panics if called, which the fuzz target reports.
+type memSubs struct {
+	subscriptions.Store
+	initial, subs map[uuid.UUID]subscriptions.Subscription
+}
+
+// reset leaves only the initial PUSH and PULL subscriptions.
+func (m *memSubs) reset() { m.subs = maps.Clone(m.initial) }
+
+func (m *memSubs) CreateSubscription(_ context.Context, s subscriptions.Subscription) error {
+	m.subs[s.ID] = s
+	return nil
+}
+
+func (m *memSubs) UpdateSubscription(_ context.Context, s subscriptions.Subscription) error {
+	m.subs[s.ID] = s
+	return nil
+}
+
+func (m *memSubs) Subscription(_ context.Context, roomID, id uuid.UUID) (subscriptions.Subscription, error) {
+	if s, ok := m.subs[id]; ok && s.RoomID == roomID {
+		return s, nil
+	}
+	return subscriptions.Subscription{}, subscriptions.ErrNotFound
+}
+
+func (m *memSubs) CountSubscriptions(context.Context, uuid.UUID) (int, error) {
+	return len(m.subs), nil
+}
+
+type noQueues struct{}
+
+func (noQueues) EnsureQueue(context.Context, broker.Destination) error { return nil }
+func (noQueues) DeleteQueue(context.Context, broker.Destination) error { return nil }
