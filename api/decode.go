@@ -144,7 +144,7 @@ type Nullable[T any] struct {
 
 // UnmarshalJSON records that the field was present.
 func (n *Nullable[T]) UnmarshalJSON(b []byte) error {
-	n.Set = true
+	*n = Nullable[T]{Set: true} // a repeated key: the last one counts, null or not
 	if string(b) == "null" {
 		n.Null = true
 		return nil
