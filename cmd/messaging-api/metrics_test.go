@@ -338,6 +338,14 @@ func TestTracePropagation(t *testing.T) {
 		if len(out.Messages) != 1 || out.Messages[0].EventID != id || out.Messages[0].Traceparent != parent || out.Messages[0].Tracestate != state {
 			t.Errorf("pulled %+v, want event %s with traceparent %s and tracestate %s", out.Messages, id, parent, state)
 		}
+		var logged struct {
+			Traceparent string `json:"traceparent"`
+			Tracestate  string `json:"tracestate"`
+		}
+		c.callJSON("GET", "/v1/rooms/"+room+"/messages/"+id, "", 200, &logged)
+		if logged.Traceparent != parent || logged.Tracestate != state {
+			t.Errorf("message log: %+v, want the publish's trace context", logged)
+		}
 	})
 
 	t.Run("malformed starts a new trace", func(t *testing.T) {
