@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/store/storetest"
 )
 
 // sample is one line of the Prometheus text format.
@@ -142,14 +144,37 @@ func newScriptedHook(t *testing.T) *scriptedHook {
 	return h
 }
 
+// backends runs f against the embedded broker with SQLite, and against
+// ActiveMQ Classic with PostgreSQL when BROKER_TEST_URL is set.
+func backends(t *testing.T, f func(t *testing.T, env map[string]string)) {
+	t.Run("embedded", func(t *testing.T) {
+		t.Parallel()
+		f(t, map[string]string{"OUTBOX_POLL_INTERVAL": "100ms", "AUTH_DISABLED": "true"})
+	})
+	if os.Getenv("BROKER_TEST_URL") == "" || testing.Short() {
+		return
+	}
+	t.Run("activemq", func(t *testing.T) {
+		t.Parallel()
+		f(t, map[string]string{
+			"OUTBOX_POLL_INTERVAL": "100ms", "AUTH_DISABLED": "true", "BROKER_URL": realBroker(t),
+			"DATABASE_URL": storetest.PostgresSchemaURL(t), "PUSH_QUEUE": uniquePushQueue(t),
+		})
+	})
+}
+
 // TestMetricsAddUp runs a scripted flow through the real service and checks
 // that /metrics accounts for every copy: each first copy (sends_total)
 // reaches exactly one final outcome, and each retry shows as retried, as a
 // retry delay and as one more attempt in the attempt histogram.
 func TestMetricsAddUp(t *testing.T) {
 	t.Parallel()
+	backends(t, testMetricsAddUp)
+}
+
+func testMetricsAddUp(t *testing.T, env map[string]string) {
 	hook := newScriptedHook(t)
-	c := client{t: t, base: startService(t, map[string]string{"OUTBOX_POLL_INTERVAL": "100ms", "AUTH_DISABLED": "true"})}
+	c := client{t: t, base: startService(t, env)}
 	const room = "metrics-flow"
 	setupPushRoom(c, room, `"deliveryDelay":50,"deliveryDelayMultiplier":1,"deliveryAttempts":3`, hook.URL())
 	c.call("POST", "/v1/rooms/"+room+"/event-types", `{"identifier":"pulled"}`, 201)
@@ -260,8 +285,12 @@ func TestMetricsRoomLabelOff(t *testing.T) {
 // pull consumers; a malformed one starts a new trace.
 func TestTracePropagation(t *testing.T) {
 	t.Parallel()
+	backends(t, testTracePropagation)
+}
+
+func testTracePropagation(t *testing.T, env map[string]string) {
 	hook := newScriptedHook(t)
-	c := client{t: t, base: startService(t, map[string]string{"OUTBOX_POLL_INTERVAL": "100ms", "AUTH_DISABLED": "true"})}
+	c := client{t: t, base: startService(t, env)}
 	const room = "traced"
 	setupPushRoom(c, room, `"deliveryDelay":50,"deliveryDelayMultiplier":1,"deliveryAttempts":3`, hook.URL())
 	var ps struct {
