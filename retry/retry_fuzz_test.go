@@ -1,12 +1,19 @@
 package retry
 
 import (
+	"bytes"
 	"encoding/json"
+	"log/slog"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"testing"
 	"time"
 
+	"github.com/labstack/echo/v4"
+
+	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/rooms"
 )
 
@@ -264,4 +271,58 @@ func unit(u float64) float64 {
 		return 0.5
 	}
 	return math.Abs(u - math.Trunc(u))
+}
+
+// FuzzPreview drives POST /v1/retry-schedule:preview, decoding and
+// validation included, with any body: never a 500 or a panic; a schedule it
+// answers has one entry per retry, delays from 0 to a week with
+// delayMin ≤ delay ≤ delayMax, and times since the first attempt that never
+// decrease.
+func FuzzPreview(f *testing.F) {
+	for _, s := range []string{
+		``, `{}`, `null`, `{"deliveryDelay":1000,"deliveryDelayMultiplier":2,"deliveryAttempts":5,"deliveryJitter":0.2}`,
+		`{"deliveryDelay":604800000,"deliveryDelayMultiplier":1000,"deliveryAttempts":1000,"maxDeliveryDelay":null}`,
+		`{"retryPolicy":{"minimumDelay":0,"backoffRetries":40,"maximumDelay":604800000,"retryBackoffFunction":"exponential"}}`,
+		`{"retryPolicy":{"retriesWithNoDelay":250,"minimumDelayRetries":250,"backoffRetries":250,"maximumDelayRetries":249,"jitter":1}}`,
+		`{"retryPolicy":{"retryBackoffFunction":"geometric","minimumDelay":0}}`, `{"retryPolicy":{"x":1}}`,
+		`{"deliveryDelay":null}`, `{"deliveryJitter":"NaN"}`, `{"deliveryDelay":1e400}`, `{"deliveryAttempts":1,"deliveryAttempts":null}`,
+	} {
+		f.Add([]byte(s))
+	}
+	e := echo.New()
+	e.HTTPErrorHandler = api.ErrorHandler(slog.New(slog.DiscardHandler))
+	Routes(e.Group("/v1"), nil) // the preview needs no subscription
+	f.Fuzz(func(t *testing.T, body []byte) {
+		req := httptest.NewRequest(http.MethodPost, "/v1/retry-schedule:preview", bytes.NewReader(body))
+		req.Header.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
+		rec := httptest.NewRecorder()
+		e.ServeHTTP(rec, req)
+		switch rec.Code {
+		case http.StatusOK:
+		case http.StatusBadRequest, http.StatusUnprocessableEntity:
+			var p api.Problem
+			if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Status != rec.Code || len(p.Errors) == 0 {
+				t.Fatalf("%d without a problem naming fields: %s", rec.Code, rec.Body)
+			}
+			return
+		default:
+			t.Fatalf("status %d: %s", rec.Code, rec.Body)
+		}
+		var out scheduleResponse
+		if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
+			t.Fatalf("schedule %s: %v", rec.Body, err)
+		}
+		if len(out.Attempts) != out.MaxAttempts-1 || out.MaxAttempts > rooms.MaxTotalAttempts {
+			t.Fatalf("%d attempts listed, maxAttempts %d", len(out.Attempts), out.MaxAttempts)
+		}
+		var prev attemptResponse
+		for _, a := range out.Attempts {
+			if a.DelayMin < 0 || a.DelayMin > a.Delay || a.Delay > a.DelayMax || a.DelayMax > rooms.MaxDeliveryDelay ||
+				a.SinceFirstAttempt < prev.SinceFirstAttempt || a.SinceFirstAttemptMin < prev.SinceFirstAttemptMin ||
+				a.SinceFirstAttemptMax < prev.SinceFirstAttemptMax {
+				t.Fatalf("attempt %+v after %+v", a, prev)
+			}
+			prev = a
+		}
+	})
 }
