@@ -311,7 +311,6 @@ func (p *Dispatcher) retryUntilDone(ctx context.Context, j *job, decide func(con
 		}
 		if dec != nil && err == nil {
 			if err = p.settle(ctx, j.d, dec); err == nil {
-				p.observe(j, dec)
 				return
 			}
 		}
@@ -332,12 +331,14 @@ func (p *Dispatcher) retryUntilDone(ctx context.Context, j *job, decide func(con
 	}
 }
 
-func (p *Dispatcher) observe(j *job, dec *decision) {
+// observe reports a stored outcome, before its resend can reach the broker:
+// a retry is counted before the attempt it schedules.
+func (p *Dispatcher) observe(d *broker.Delivery, dec *decision) {
 	switch {
 	case dec.deferred != "":
 		p.obs.Deferred(dec.deferred)
 	case dec.outcome != "":
-		p.obs.Handled("push", dec.outcome, j.d.Attempt, dec.age)
+		p.obs.Handled("push", dec.outcome, d.Attempt, dec.age)
 		if dec.outcome == OutcomeRetried && dec.s.Resend != nil {
 			p.obs.RetryScheduled("push", dec.s.Resend.ScheduledDelay)
 		}
@@ -469,6 +470,7 @@ func (p *Dispatcher) settle(ctx context.Context, d *broker.Delivery, dec *decisi
 			return fmt.Errorf("store outcome: %w", err)
 		}
 		dec.stored = true
+		p.observe(d, dec)
 	}
 	if s.Resend != nil {
 		ev := EventOf(d)
