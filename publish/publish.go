@@ -57,6 +57,8 @@ type Event struct {
 	Destinations   int
 	PublishedAt    time.Time
 	ExpiresAt      time.Time // zero: never
+	// Trace is the W3C trace context every copy carries.
+	Trace Trace
 }
 
 // Send is one row of the published-messages log: one copy of an event sent
