@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -148,24 +149,27 @@ func describe(err error) string {
 }
 
 // ParseRetryAfter reads a Retry-After value: delay-seconds or an HTTP date
-// (RFC 9110 §10.2.3). A date in the past is a zero delay.
+// (RFC 9110 §10.2.3). A date in the past is a zero delay; either form is
+// capped at a year (seconds too many for int64 included).
 func ParseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	const maxDelay = 365 * 24 * time.Hour
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return 0, false
 	}
-	if secs, err := strconv.ParseInt(v, 10, 64); err == nil {
+	secs, err := strconv.ParseInt(v, 10, 64)
+	if errors.Is(err, strconv.ErrRange) && strings.Trim(v, "0123456789") == "" {
+		secs, err = math.MaxInt64, nil // more seconds than int64 holds: the cap
+	}
+	if err == nil {
 		if secs < 0 {
 			return 0, false
 		}
-		if secs > int64(365*24*3600) {
-			secs = 365 * 24 * 3600
-		}
-		return time.Duration(secs) * time.Second, true
+		return time.Duration(min(secs, int64(maxDelay/time.Second))) * time.Second, true
 	}
 	t, err := http.ParseTime(v)
 	if err != nil {
 		return 0, false
 	}
-	return max(0, t.Sub(now)), true
+	return min(max(0, t.Sub(now)), maxDelay), true
 }
