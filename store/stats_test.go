@@ -1,0 +1,58 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/store/storetest"
+)
+
+// TestOutboxBacklogAndTrace: the scrape-time outbox query counts the unsent
+// sends and finds the oldest; the trace context round-trips with the event.
+func TestOutboxBacklogAndTrace(t *testing.T) {
+	t.Parallel()
+	for _, d := range storetest.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := storetest.Open(t, d)
+			ev := db.Events()
+			if n, oldest, err := ev.OutboxBacklog(ctx); err != nil || n != 0 || !oldest.IsZero() {
+				t.Fatalf("empty outbox: %d, %v, %v", n, oldest, err)
+			}
+			room := uuid.Must(uuid.NewV7())
+			base := time.Now().UTC().Truncate(time.Microsecond)
+			trace := publish.Trace{Parent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", State: "a=1"}
+			e := publish.Event{ID: uuid.Must(uuid.NewV7()), RoomID: room, RequestID: room, CorrelationID: "c",
+				EventTypeID: room, EventType: "t", Version: 1, Payload: []byte(`1`), PublishedAt: base,
+				Attributes: map[string]string{}, Trace: trace}
+			var sends []publish.Send
+			for i := range 3 {
+				sends = append(sends, publish.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "c",
+					SubscriptionID: room, SubscriptionType: "PULL", Destination: "d", Attempt: 1,
+					CreatedAt: base.Add(time.Duration(i-3) * time.Minute), Status: publish.StatusPending})
+			}
+			if err := ev.Publish(ctx, []publish.Event{e}, sends); err != nil {
+				t.Fatal(err)
+			}
+			if err := ev.MarkSent(ctx, []uuid.UUID{sends[0].ID}, base); err != nil {
+				t.Fatal(err)
+			}
+			n, oldest, err := ev.OutboxBacklog(ctx)
+			if err != nil || n != 2 || !oldest.Equal(sends[1].CreatedAt) {
+				t.Errorf("outbox: %d, oldest %v, %v; want 2, %v", n, oldest, err, sends[1].CreatedAt)
+			}
+			got, err := ev.Event(ctx, room, e.ID)
+			if err != nil || got.Trace != trace {
+				t.Errorf("trace read back %+v, %v; want %+v", got.Trace, err, trace)
+			}
+			if n, err := db.Leases().Outstanding(ctx); err != nil || n != 0 {
+				t.Errorf("leases: %d, %v", n, err)
+			}
+		})
+	}
+}
