@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// faultRecord is one fault as it happened.
+type faultRecord struct {
+	Name     string  `json:"name"`
+	At       float64 `json:"atSeconds"`       // since the load started
+	Downtime float64 `json:"downtimeSeconds"` // from the kill to ready again
+	Detail   string  `json:"detail"`
+	Err      string  `json:"error,omitempty"`
+}
+
+// burstSize is how many publishes the API kill sends at once to the process
+// it kills.
+const burstSize = 40
+
+// fault is one step of the sequence: it breaks something and brings it back.
+type fault struct {
+	name string
+	do   func(ctx context.Context, round int) (detail string, err error)
+}
+
+// faults is the sequence a round runs, in order, with cfg.gap between steps.
+func (s *suite) faults() []fault {
+	return []fault{
+		{"SIGKILL dispatcher", func(ctx context.Context, round int) (string, error) {
+			d := s.dispatchers[round%len(s.dispatchers)]
+			pid := d.pid()
+			if err := d.kill(); err != nil {
+				return "", err
+			}
+			if err := sleep(ctx, time.Second); err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("%s pid %d killed, restarted after 1s", d.name, pid), d.startReady(ctx)
+		}},
+		{"kill -9 broker", func(ctx context.Context, _ int) (string, error) {
+			pid := s.broker.proc.pid()
+			if err := s.broker.proc.kill(); err != nil {
+				return "", err
+			}
+			if err := sleep(ctx, 3*time.Second); err != nil {
+				return "", err
+			}
+			start := time.Now()
+			if err := s.broker.start(ctx); err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("ActiveMQ pid %d killed, down 3s, then %s to answer STOMP", pid, time.Since(start).Round(100*time.Millisecond)), nil
+		}},
+		{"restart PostgreSQL", func(ctx context.Context, _ int) (string, error) {
+			pid := s.pg.proc.pid()
+			if err := s.pg.restart(ctx, 2*time.Second); err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("postmaster pid %d: fast shutdown, down 2s, started again", pid), nil
+		}},
+		{"SIGKILL API mid-publish", func(ctx context.Context, round int) (string, error) {
+			// A burst on top of the load, and the kill as soon as some of
+			// it is in flight: requests die being read, in the transaction,
+			// after the commit, and while answering.
+			i := round % len(s.apis)
+			a := s.apis[i]
+			s.pub.burst(i, burstSize)
+			deadline := time.Now().Add(5 * time.Second)
+			for a.inflight.Load() < burstSize/2 && time.Now().Before(deadline) {
+				time.Sleep(100 * time.Microsecond)
+			}
+			pid, inflight := a.pid(), a.inflight.Load()
+			if err := a.kill(); err != nil {
+				return "", err
+			}
+			if err := sleep(ctx, time.Second); err != nil {
+				return "", err
+			}
+			return fmt.Sprintf("%s pid %d killed with %d publishes in flight, restarted after 1s", a.name, pid, inflight), a.startReady(ctx)
+		}},
+	}
+}
+
+// runFaults runs cfg.rounds rounds of the sequence, cfg.gap apart, starting
+// cfg.gap after t0.
+func (s *suite) runFaults(ctx context.Context, t0 time.Time) error {
+	for round := range s.cfg.rounds {
+		for _, f := range s.faults() {
+			if err := sleep(ctx, s.cfg.gap); err != nil {
+				return err
+			}
+			start := time.Now()
+			s.logf("fault: %s (round %d)", f.name, round+1)
+			detail, err := f.do(ctx, round)
+			rec := faultRecord{
+				Name: f.name, At: start.Sub(t0).Seconds(), Downtime: time.Since(start).Seconds(), Detail: detail,
+			}
+			if err != nil {
+				rec.Err = err.Error()
+			}
+			s.mu.Lock()
+			s.faultLog = append(s.faultLog, rec)
+			s.mu.Unlock()
+			if err != nil {
+				return fmt.Errorf("fault %q: %w", f.name, err)
+			}
+			s.logf("fault: %s done in %.1fs: %s", f.name, rec.Downtime, detail)
+		}
+	}
+	return nil
+}
