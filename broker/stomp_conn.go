@@ -21,6 +21,10 @@ const disconnectWait = 2 * time.Second
 
 var errClosedLocally = errors.New("closed by this client")
 
+// sendAfterDeath is how long a send waits for go-stomp's answer once the socket
+// has died; go-stomp answers at once unless it is stuck for good.
+const sendAfterDeath = 500 * time.Millisecond
+
 // watchedConn is the socket under a go-stomp connection. go-stomp has no "done"
 // signal: a read error, a write error, an ERROR frame and a missed heart-beat all
 // end in a failed read or write or in a Close of this socket, so dead closes on
@@ -178,8 +182,25 @@ func (c *conn) send(dest, contentType string, body []byte, timeout time.Duration
 	t := time.AfterFunc(timeout, func() {
 		c.sock.kill(fmt.Errorf("no receipt within %s", timeout))
 	})
-	err := c.sc.Send(dest, contentType, body, opts...)
-	t.Stop()
+	defer t.Stop()
+	// go-stomp's Send may never return: a SEND queued just as its I/O loop ends
+	// (the broker went away) is never answered, and Send holds the lock the
+	// loop's final disconnect waits for (go-stomp issue #62; seen with kill -9
+	// of the broker under load, cmd/faultsuite). So it runs aside, and the
+	// socket's death ends the wait; what it leaves behind is stuck on a dead
+	// connection.
+	res := make(chan error, 1)
+	go func() { res <- c.sc.Send(dest, contentType, body, opts...) }()
+	var err error
+	select {
+	case err = <-res:
+	case <-c.sock.dead:
+		select {
+		case err = <-res: // go-stomp's own answer, when it has one
+		case <-time.After(sendAfterDeath):
+			err = errors.New("connection lost before the receipt")
+		}
+	}
 	if err == nil {
 		return nil
 	}
