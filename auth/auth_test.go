@@ -125,7 +125,9 @@ func (m *memStore) RevokeKey(_ context.Context, id uuid.UUID, at time.Time) erro
 	return nil
 }
 
-func (m *memStore) ActiveKeys(context.Context, string, time.Time) (int, error) { return len(m.keys), nil }
+func (m *memStore) ActiveKeys(context.Context, string, time.Time) (int, error) {
+	return len(m.keys), nil
+}
 
 type noRooms struct{}
 

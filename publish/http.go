@@ -31,13 +31,14 @@ type publishResponse struct {
 	Destinations     int        `json:"destinations"`
 	PublishedAt      time.Time  `json:"publishedAt"`
 	ExpiresAt        *time.Time `json:"expiresAt"`
+	Traceparent      string     `json:"traceparent,omitempty"`
 }
 
 func toPublishResponse(e Event) publishResponse {
 	return publishResponse{
 		EventID: e.ID.String(), CorrelationID: e.CorrelationID, EventType: e.EventType,
 		EventTypeVersion: e.Version, Destinations: e.Destinations, PublishedAt: e.PublishedAt,
-		ExpiresAt: optTime(e.ExpiresAt),
+		ExpiresAt: optTime(e.ExpiresAt), Traceparent: e.Trace.Parent,
 	}
 }
 
@@ -69,6 +70,7 @@ func (h handlers) publish(c echo.Context) error {
 	if err := correlationHeader(c, &in, "correlationId"); err != nil {
 		return err
 	}
+	in.Trace = requestTrace(c)
 	res, err := h.s.Publish(c.Request().Context(), c.Param("roomId"), []Input{in}, c.Request().Header.Get("Idempotency-Key"), false)
 	if err != nil {
 		return err
@@ -92,10 +94,12 @@ func (h handlers) publishBatch(c echo.Context) error {
 	if len(req.Messages) == 0 || len(req.Messages) > MaxBatch {
 		return api.Invalid("messages", fmt.Sprintf("must hold 1 to %d messages", MaxBatch))
 	}
+	trace := requestTrace(c)
 	for i := range req.Messages {
 		if err := correlationHeader(c, &req.Messages[i], fmt.Sprintf("messages[%d].correlationId", i)); err != nil {
 			return err
 		}
+		req.Messages[i].Trace = trace
 	}
 	res, err := h.s.Publish(c.Request().Context(), c.Param("roomId"), req.Messages, c.Request().Header.Get("Idempotency-Key"), true)
 	if err != nil {
@@ -141,6 +145,8 @@ type eventResponse struct {
 	Destinations     int                `json:"destinations"`
 	PublishedAt      time.Time          `json:"publishedAt"`
 	ExpiresAt        *time.Time         `json:"expiresAt"`
+	Traceparent      string             `json:"traceparent,omitempty"`
+	Tracestate       string             `json:"tracestate,omitempty"`
 	Deliveries       []deliveryResponse `json:"deliveries"`
 }
 
@@ -150,6 +156,7 @@ func toEventResponse(e Event, sends []Send) eventResponse {
 		EventID: e.ID.String(), RoomID: e.RoomID.String(), CorrelationID: e.CorrelationID,
 		EventType: e.EventType, EventTypeVersion: e.Version, Payload: e.Payload, Attributes: e.Attributes,
 		Destinations: e.Destinations, PublishedAt: e.PublishedAt, ExpiresAt: optTime(e.ExpiresAt),
+		Traceparent: e.Trace.Parent, Tracestate: e.Trace.State,
 		Deliveries: []deliveryResponse{},
 	}
 	if r.Attributes == nil {

@@ -62,11 +62,26 @@ type Service struct {
 	pushQueue broker.Destination
 	now       func() time.Time
 	schemas   schemaCache
+	limits    Limits
+	obs       Observer
 }
+
+// Limits bound what a publisher may send.
+type Limits struct {
+	// MaxPayload is the largest payload of one event in bytes (0: no limit
+	// beyond the request body limit).
+	MaxPayload int
+	// Take, when set, takes n events from the caller's rate limit or returns
+	// an *api.RateLimitedError.
+	Take func(ctx context.Context, n int) error
+}
+
+// SetLimits sets the publish limits.
+func (s *Service) SetLimits(l Limits) { s.limits = l }
 
 // NewService wires a Service. PUSH copies go to pushQueue.
 func NewService(catalog Catalog, subs Subscribers, store Store, relay Notifier, pushQueue broker.Destination, now func() time.Time) *Service {
-	return &Service{catalog: catalog, subs: subs, store: store, relay: relay, pushQueue: pushQueue, now: now}
+	return &Service{catalog: catalog, subs: subs, store: store, relay: relay, pushQueue: pushQueue, now: now, obs: nopObserver{}}
 }
 
 // Input is one event to publish.
@@ -76,6 +91,8 @@ type Input struct {
 	Payload          json.RawMessage   `json:"payload"`
 	CorrelationID    string            `json:"correlationId,omitempty"`
 	Attributes       map[string]string `json:"attributes,omitempty"`
+	// Trace comes from the request's traceparent and tracestate headers.
+	Trace Trace `json:"-"`
 }
 
 // Result is what a publish answers for one event.
@@ -95,6 +112,9 @@ func (s *Service) Publish(ctx context.Context, ref string, inputs []Input, idemp
 	}
 	if room.Status == rooms.StatusTerminated {
 		return nil, ErrRoomTerminated
+	}
+	if err := mayPublish(api.CallerFrom(ctx), room.ID, inputs, batch); err != nil {
+		return nil, err
 	}
 	hash := requestHash(inputs)
 	if idempotencyKey != "" {
@@ -151,6 +171,11 @@ func (s *Service) Publish(ctx context.Context, ref string, inputs []Input, idemp
 	if err := probs.Err(); err != nil {
 		return nil, err
 	}
+	if s.limits.Take != nil {
+		if err := s.limits.Take(ctx, len(events)); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.store.Publish(ctx, events, sends); err != nil {
 		if errors.Is(err, ErrDuplicateKey) && idempotencyKey != "" {
 			// Another request with this key committed first: answer as it did.
@@ -163,6 +188,7 @@ func (s *Service) Publish(ctx context.Context, ref string, inputs []Input, idemp
 	if len(sends) > 0 {
 		s.relay.Notify()
 	}
+	s.observe(room, events, sends)
 	out := make([]Result, len(events))
 	for i, ev := range events {
 		out[i] = Result{Event: ev}
@@ -197,7 +223,7 @@ func (s *Service) replay(ctx context.Context, roomID uuid.UUID, key, hash string
 // prepare validates one input and resolves its event type and version.
 func (s *Service) prepare(ctx context.Context, room rooms.Room, in Input, field, pointer string, probs *api.Problems) (Event, bool, error) {
 	before := probs.Len()
-	ev := Event{RoomID: room.ID, CorrelationID: in.CorrelationID, Attributes: in.Attributes}
+	ev := Event{RoomID: room.ID, CorrelationID: in.CorrelationID, Attributes: in.Attributes, Trace: in.Trace}
 	if ev.CorrelationID == "" {
 		ev.CorrelationID = uuid.NewString()
 	} else if len(ev.CorrelationID) > maxCorrelationID || !printableHeader.MatchString(ev.CorrelationID) {
@@ -226,6 +252,8 @@ func (s *Service) prepare(ctx context.Context, room rooms.Room, in Input, field,
 	}
 	if len(in.Payload) == 0 {
 		probs.Add(field+"payload", "is required (any JSON value; null is allowed only if the schema allows it)")
+	} else if s.limits.MaxPayload > 0 && len(in.Payload) > s.limits.MaxPayload {
+		probs.Add(field+"payload", fmt.Sprintf("is %d bytes, more than the limit of %d (PUBLISH_MAX_PAYLOAD)", len(in.Payload), s.limits.MaxPayload))
 	}
 	if in.EventType == "" {
 		probs.Add(field+"eventType", "is required")
@@ -352,4 +380,25 @@ func (s *Service) Events(ctx context.Context, ref, correlationID string, page ap
 		by[sd.EventID] = append(by[sd.EventID], sd)
 	}
 	return evs, by, nil
+}
+
+// mayPublish checks the caller's grants for every event of a request, before
+// anything about the room's event types is looked up.
+func mayPublish(c *api.Caller, roomID uuid.UUID, inputs []Input, batch bool) error {
+	if c.Admin() {
+		return nil
+	}
+	if c.Role != api.RolePublisher {
+		return api.Forbidden("a %s key may not publish", c.Role)
+	}
+	for i, in := range inputs {
+		if !c.MayPublish(roomID, in.EventType) {
+			field := "eventType"
+			if batch {
+				field = fmt.Sprintf("messages[%d].eventType", i)
+			}
+			return api.Forbidden("%s: this key may not publish %q events to this room", field, in.EventType)
+		}
+	}
+	return nil
 }

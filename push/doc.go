@@ -30,4 +30,11 @@
 //   - One slow endpoint cannot hold the others back: each subscription has a
 //     bound on concurrent requests and on messages waiting in memory; past it
 //     messages are deferred (republished after a short delay), not queued.
+//   - A database outage is not a delivery failure: while the database does
+//     not answer the dispatcher reads no message and starts no request (the
+//     broker keeps them, unacked); a request already made keeps its outcome
+//     until it can be stored, and is never repeated for it. Nothing is
+//     attempted, counted or dead-lettered meanwhile.
+//   - Each attempt sends the publish's W3C traceparent with a new parent id
+//     (same trace id and flags) and its tracestate.
 package push

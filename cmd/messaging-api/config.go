@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/roomhub/messaging-api/auth"
 	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/netguard"
 	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/store"
 )
@@ -18,15 +21,30 @@ import (
 // Config is every setting of the service, read once from the environment and
 // flags (flags win) and validated before anything starts.
 type Config struct {
-	HTTP           HTTPConfig
-	DatabaseURL    string
-	BrokerURL      string
-	PushQueue      broker.Destination
-	Outbox         OutboxConfig
-	Push           push.Config
+	HTTP        HTTPConfig
+	DatabaseURL string
+	BrokerURL   string
+	PushQueue   broker.Destination
+	Outbox      OutboxConfig
+	Push        push.Config
+	// PushTarget is the SSRF guard of push URLs: at subscription creation
+	// and on every delivery.
+	PushTarget     netguard.Guard
 	LogLevel       slog.Level
 	LogFormat      string
 	MigrateOnStart bool
+	Auth           AuthConfig
+	// CatalogCacheTTL is how long an API process trusts what it read about
+	// rooms, event types, versions and subscriptions when publishing.
+	CatalogCacheTTL time.Duration
+	Limits          LimitsConfig
+	Metrics         MetricsConfig
+}
+
+// MetricsConfig configures /metrics.
+type MetricsConfig struct {
+	// RoomLabel keeps a room label on the publish counters.
+	RoomLabel bool
 }
 
 // OutboxConfig configures the outbox relay and the purge of old events.
@@ -34,6 +52,22 @@ type OutboxConfig struct {
 	Poll          time.Duration
 	Retention     time.Duration
 	PurgeInterval time.Duration
+}
+
+// AuthConfig configures API keys.
+type AuthConfig struct {
+	Disabled bool
+	// BootstrapAdminKey, when set, is stored as an admin key at start unless
+	// it exists already: a way to provision the first key without the CLI.
+	BootstrapAdminKey string
+}
+
+// LimitsConfig bounds what clients may do.
+type LimitsConfig struct {
+	PublishRate          float64
+	PublishBurst         int
+	MaxPayload           int
+	MaxRoomSubscriptions int
 }
 
 // HTTPConfig configures the API server.
@@ -83,6 +117,16 @@ var settings = []setting{
 	{"PUSH_PER_SUBSCRIPTION", "push-per-subscription", "16", "concurrent push deliveries to one subscription (so one slow endpoint cannot take every worker)", intInto(1, 4096, func(c *Config) *int { return &c.Push.PerSubscription })},
 	{"PUSH_PREFETCH", "push-prefetch", "128", "unacknowledged push messages the broker hands one dispatcher", intInto(1, 10000, func(c *Config) *int { return &c.Push.Prefetch })},
 	{"PUSH_TIMEOUT", "push-timeout", "15s", "time one push request may take", durationInto(func(c *Config) *time.Duration { return &c.Push.Timeout })},
+	{"PUSH_ALLOWED_CIDRS", "push-allowed-cidrs", "", "comma-separated CIDRs that push URLs may reach although the SSRF guard refuses them (loopback, private, link-local, ...), e.g. 127.0.0.0/8,::1/128 for a local receiver", func(c *Config, v string) error {
+		allow, err := netguard.ParseAllow(v)
+		c.PushTarget.Allow = allow
+		return err
+	}},
+	{"PUSH_HTTPS_ONLY", "push-https-only", "false", "refuse http push URLs (422 at subscription creation, a permanent failure at delivery)", func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		c.PushTarget.HTTPSOnly = b
+		return err
+	}},
 	{"PUSH_MAX_RETRY_AFTER", "push-max-retry-after", "1h", "longest delay a Retry-After header can ask for", durationInto(func(c *Config) *time.Duration { return &c.Push.MaxRetryAfter })},
 	{"OUTBOX_POLL_INTERVAL", "outbox-poll", "1s", "how often the outbox relay looks for sends left pending (by a crash or a broker outage)", durationInto(func(c *Config) *time.Duration { return &c.Outbox.Poll })},
 	{"EVENT_RETENTION", "event-retention", "168h", "how long events and their log are kept when the room does not expire them sooner (at least 24h, the idempotency window)", durationInto(func(c *Config) *time.Duration { return &c.Outbox.Retention })},
@@ -100,6 +144,42 @@ var settings = []setting{
 	{"MIGRATE_ON_START", "migrate-on-start", "true", "apply database migrations when serve starts", func(c *Config, v string) error {
 		b, err := strconv.ParseBool(v)
 		c.MigrateOnStart = b
+		return err
+	}},
+	{"CATALOG_CACHE_TTL", "catalog-cache-ttl", "1s", "how long publishing trusts what it read of rooms, event types, versions and subscriptions: a change made through another API process reaches this one's publishes within it (0: read every time)", func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 || d > time.Minute {
+			return errors.New("must be a duration from 0 to 1m, such as 1s")
+		}
+		c.CatalogCacheTTL = d
+		return nil
+	}},
+	{"AUTH_DISABLED", "auth-disabled", "false", "serve the API without API keys (every request may do anything); only for trusted networks and tests", func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		c.Auth.Disabled = b
+		return err
+	}},
+	{"AUTH_BOOTSTRAP_ADMIN_KEY", "auth-bootstrap-admin-key", "", "an admin API key (at least 32 characters) to create at start unless it exists; secret, never logged", func(c *Config, v string) error {
+		c.Auth.BootstrapAdminKey = v
+		if v == "" {
+			return nil
+		}
+		return auth.CheckTokenShape(v)
+	}},
+	{"PUBLISH_RATE_LIMIT", "publish-rate-limit", "0", "events per second each API key may publish, per API process (0: no limit; a key's publishRateLimit overrides it)", func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 || f > 1e6 || math.IsNaN(f) {
+			return errors.New("must be a number from 0 to 1000000")
+		}
+		c.Limits.PublishRate = f
+		return nil
+	}},
+	{"PUBLISH_RATE_BURST", "publish-rate-burst", "0", "events a key may publish at once above its rate (0: one second's worth)", intInto(0, 1000000, func(c *Config) *int { return &c.Limits.PublishBurst })},
+	{"PUBLISH_MAX_PAYLOAD", "publish-max-payload", "262144", "largest payload of one event in bytes (a request is also bounded by HTTP_BODY_LIMIT)", intInto(1, 64<<20, func(c *Config) *int { return &c.Limits.MaxPayload })},
+	{"ROOM_MAX_SUBSCRIPTIONS", "room-max-subscriptions", "1000", "subscriptions one room may have (TERMINATED ones do not count; 0: no cap)", intInto(0, 1000000, func(c *Config) *int { return &c.Limits.MaxRoomSubscriptions })},
+	{"METRICS_ROOM_LABEL", "metrics-room-label", "true", "label the publish counters of /metrics by room (one series per room; false counts every room under room=\"_all\")", func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		c.Metrics.RoomLabel = b
 		return err
 	}},
 	{"HTTP_BODY_LIMIT", "body-limit", "1048576", "largest request body in bytes", func(c *Config, v string) error {
@@ -185,6 +265,16 @@ func (c Config) logValue() slog.Value {
 		slog.String("log_level", c.LogLevel.String()),
 		slog.Bool("migrate_on_start", c.MigrateOnStart),
 		slog.Int64("body_limit", c.HTTP.BodyLimit),
+		slog.Any("push_allowed_cidrs", c.PushTarget.Allow),
+		slog.Bool("push_https_only", c.PushTarget.HTTPSOnly),
+		slog.Duration("catalog_cache_ttl", c.CatalogCacheTTL),
+		slog.Bool("auth_disabled", c.Auth.Disabled),
+		slog.Bool("auth_bootstrap_admin_key_set", c.Auth.BootstrapAdminKey != ""),
+		slog.Float64("publish_rate_limit", c.Limits.PublishRate),
+		slog.Int("publish_rate_burst", c.Limits.PublishBurst),
+		slog.Int("publish_max_payload", c.Limits.MaxPayload),
+		slog.Int("room_max_subscriptions", c.Limits.MaxRoomSubscriptions),
+		slog.Bool("metrics_room_label", c.Metrics.RoomLabel),
 	)
 }
 

@@ -51,15 +51,16 @@ func TestConfigLogHidesSecrets(t *testing.T) {
 	t.Parallel()
 	cfg, err := loadConfig(nil, func(k string) string {
 		return map[string]string{
-			"DATABASE_URL": "postgres://app:s3cret@db:5432/app",
-			"BROKER_URL":   "stomp://artemis:hunter2@mq:61613?dialect=artemis",
+			"DATABASE_URL":             "postgres://app:s3cret@db:5432/app",
+			"BROKER_URL":               "stomp://artemis:hunter2@mq:61613?dialect=artemis",
+			"AUTH_BOOTSTRAP_ADMIN_KEY": "mapi_bootstrap-0123456789-0123456789-xyz",
 		}[k]
 	}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := cfg.logValue().String()
-	if strings.Contains(s, "s3cret") || strings.Contains(s, "hunter2") {
+	if strings.Contains(s, "s3cret") || strings.Contains(s, "hunter2") || strings.Contains(s, "bootstrap-0123") {
 		t.Errorf("secrets in log value: %s", s)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -88,16 +89,33 @@ type testAPI struct {
 	db     *store.DB
 }
 
+// testConfig is the API's configuration in tests: loopback push targets
+// allowed, authentication off (the authorization tests turn it on) and the
+// default limits.
 func testConfig() Config {
-	return Config{HTTP: HTTPConfig{BodyLimit: 64 << 10}, PushQueue: broker.Destination{Address: "messaging.push", Queue: "messaging.push"}}
+	return Config{
+		HTTP:       HTTPConfig{BodyLimit: 64 << 10},
+		PushQueue:  broker.Destination{Address: "messaging.push", Queue: "messaging.push"},
+		PushTarget: loopbackTarget(),
+		Auth:       AuthConfig{Disabled: true},
+		Limits:     LimitsConfig{MaxPayload: 256 << 10, MaxRoomSubscriptions: 1000},
+		// As deployed: publishing reads rooms and subscriptions through the cache.
+		CatalogCacheTTL: time.Second,
+	}
 }
 
 func newTestAPI(t *testing.T, d store.Dialect) *testAPI {
 	t.Helper()
+	return newTestAPIConfig(t, d, testConfig())
+}
+
+// newTestAPIConfig is newTestAPI with its own configuration.
+func newTestAPIConfig(t *testing.T, d store.Dialect, cfg Config) *testAPI {
+	t.Helper()
 	db := storetest.Open(t, d)
 	q := &fakeQueues{}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	srv := httptest.NewServer(newServer(testConfig(), logger, db, q, idleRelay{}, true))
+	srv := httptest.NewServer(newServer(cfg, logger, db, q, idleRelay{}, true))
 	t.Cleanup(srv.Close)
 	return &testAPI{t: t, srv: srv, queues: q, db: db}
 }

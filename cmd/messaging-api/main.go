@@ -19,15 +19,23 @@ import (
 	"time"
 
 	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/metrics"
 	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/push"
+	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/store"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Getenv, os.Stderr); err != nil {
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "apikey" {
+		err = runAPIKey(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
+	} else {
+		err = run(ctx, os.Args[1:], os.Getenv, os.Stderr)
+	}
+	if err != nil {
 		if !errors.Is(err, flag.ErrHelp) {
 			fmt.Fprintln(os.Stderr, "messaging-api:", err)
 		}
@@ -43,7 +51,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		case "serve", "api", "dispatcher", "migrate":
 			cmd, args = args[0], args[1:]
 		default:
-			return fmt.Errorf("unknown command %q (want serve, api, dispatcher or migrate)", args[0])
+			return fmt.Errorf("unknown command %q (want serve, api, dispatcher, migrate or apikey)", args[0])
 		}
 	}
 	cfg, err := loadConfig(args, getenv, stderr)
@@ -73,6 +81,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		}
 	}
 
+	if cmd != "dispatcher" {
+		keys := newKeyService(db, rooms.NewService(db.Rooms(), noCleanup{}, clock))
+		if err := prepareAuth(ctx, cfg, keys, logger, stderr); err != nil {
+			return err
+		}
+	}
+
 	b, err := broker.Open(ctx, cfg.BrokerURL, logger)
 	if err != nil {
 		return fmt.Errorf("broker: %w", err)
@@ -81,7 +96,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 
 	relayCfg := publish.DefaultRelayConfig
 	relayCfg.Poll = cfg.Outbox.Poll
-	relay := publish.NewRelay(db.Events(), b, relayCfg, clock, logger)
+	m := metrics.New(metrics.Options{RoomLabel: cfg.Metrics.RoomLabel})
+	relay := publish.NewRelay(db.Events(), b, relayCfg, clock, logger).Observe(m)
 	purger := publish.NewPurger(db.Events(), cfg.Outbox.Retention, cfg.Outbox.PurgeInterval, clock, logger)
 
 	// Background workers stop after the HTTP server, so requests accepted
@@ -90,6 +106,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	var wg sync.WaitGroup
 	wg.Go(func() { relay.Run(workCtx) })
 	wg.Go(func() { ensureQueue(workCtx, b, cfg.PushQueue, logger) })
+	wg.Go(func() { m.WatchBroker(workCtx, b.Connected, time.Second) })
 	withAPI := cmd != "dispatcher"
 	if withAPI {
 		wg.Go(func() { purger.Run(workCtx) })
@@ -97,7 +114,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if cmd == "serve" || cmd == "dispatcher" {
 		// The dispatcher stops with ctx: it finishes in-flight deliveries
 		// while the HTTP server drains.
-		d := push.New(cfg.Push, b, db.Push(), db.Push(), push.NewHTTPClient(cfg.Push.Timeout, nil), clock, logger)
+		d := push.New(cfg.Push, b, db.Push(), db.Push(), push.NewHTTPClient(cfg.Push.Timeout, cfg.PushTarget), clock, logger).
+			Observe(m).WatchDatabase(db.Ping, time.Second)
 		wg.Go(func() {
 			if err := d.Run(ctx); err != nil {
 				logger.Error("push dispatcher failed", slog.Any("error", err))
@@ -108,7 +126,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		stopWork()
 		wg.Wait()
 	}()
-	srv, pullSvc := newServerWithPull(cfg, logger, db, b, relay, withAPI)
+	srv, pullSvc := newServerWithMetrics(cfg, logger, db, b, relay, withAPI, m)
 	if pullSvc != nil {
 		wg.Go(func() { pullSvc.RunReaper(workCtx, 500*time.Millisecond) })
 	}

@@ -97,7 +97,7 @@ func startProcess(t *testing.T, bin, subcommand string, env map[string]string) *
 	addr := l.Addr().String()
 	_ = l.Close()
 	p := &process{cmd: exec.Command(bin, subcommand), base: "http://" + addr, logs: &syncBuffer{}}
-	p.cmd.Env = append(os.Environ(), "HTTP_ADDR="+addr, "LOG_LEVEL=warn")
+	p.cmd.Env = append(os.Environ(), "HTTP_ADDR="+addr, "LOG_LEVEL=warn", "PUSH_ALLOWED_CIDRS="+loopbackCIDRs, "AUTH_DISABLED=true")
 	for k, v := range env {
 		p.cmd.Env = append(p.cmd.Env, k+"="+v)
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -17,8 +18,16 @@ import (
 )
 
 // startService runs the real binary's run() on a free port with the given
-// environment and returns its base URL; it stops with the test.
+// environment (authentication off unless env sets AUTH_DISABLED) and returns
+// its base URL; it stops with the test.
 func startService(t *testing.T, env map[string]string) string {
+	t.Helper()
+	base, _ := startServiceLogs(t, env)
+	return base
+}
+
+// startServiceLogs is startService that also returns the service's output.
+func startServiceLogs(t *testing.T, env map[string]string) (string, *syncBuffer) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -31,14 +40,19 @@ func startService(t *testing.T, env map[string]string) string {
 		"DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "readme.db"),
 		"BROKER_URL":   "embedded",
 		"LOG_LEVEL":    "error",
+		// Test receivers listen on loopback, which the SSRF guard refuses
+		// unless allowed.
+		"PUSH_ALLOWED_CIDRS": loopbackCIDRs,
+		// Tests that check authentication set AUTH_DISABLED themselves.
+		"AUTH_DISABLED": "true",
 	}
 	for k, v := range env {
 		full[k] = v
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var logs syncBuffer
+	logs := &syncBuffer{}
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, nil, func(k string) string { return full[k] }, &logs) }()
+	go func() { done <- run(ctx, nil, func(k string) string { return full[k] }, logs) }()
 	t.Cleanup(func() {
 		cancel()
 		if t.Failed() {
@@ -60,7 +74,7 @@ func startService(t *testing.T, env map[string]string) string {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				return base
+				return base, logs
 			}
 		}
 		if time.Now().After(deadline) {
@@ -152,13 +166,20 @@ func TestReadmeQuickstart(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Skip("curl not installed")
 	}
-	base := startService(t, nil)
+	// As `make run` does: authentication on, a first admin key printed.
+	base, logs := startServiceLogs(t, map[string]string{"AUTH_DISABLED": ""})
+	m := regexp.MustCompile(`export API_KEY=(\S+)`).FindStringSubmatch(logs.String())
+	if m == nil {
+		t.Fatalf("the service printed no admin key:\n%s", logs.String())
+	}
+	apiKey := m[1]
 	receiver := startReceiver(t, "-fail", "2")
 	block := readmeBlock(t, "TestReadmeQuickstart")
 	block = strings.ReplaceAll(block, "localhost:8080", strings.TrimPrefix(base, "http://"))
 	block = strings.ReplaceAll(block, "localhost:9000", receiver)
 	script := "set -euo pipefail\ncurl() { command curl --fail-with-body \"$@\"; echo; }\n" + block
 	cmd := exec.Command("bash", "-c", script)
+	cmd.Env = append(os.Environ(), "API_KEY="+apiKey)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Run(); err != nil {
@@ -180,7 +201,9 @@ func TestReadmeQuickstart(t *testing.T) {
 	}
 
 	// The README's example of a bad request gives the problem it shows.
-	resp, err := http.Post(base+"/v1/rooms", "application/json", strings.NewReader(`{"identifier": "bad id", "deliveryDelay": 0}`))
+	req, _ := http.NewRequest("POST", base+"/v1/rooms", strings.NewReader(`{"identifier": "bad id", "deliveryDelay": 0}`))
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,12 +6,16 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 	"github.com/labstack/echo/v4/middleware"
 
 	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/auth"
+	"github.com/roomhub/messaging-api/metrics"
 	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/pull"
 	"github.com/roomhub/messaging-api/push"
@@ -44,6 +48,11 @@ func newServer(cfg Config, logger *slog.Logger, db *store.DB, b brokerConn, rela
 // newServerWithPull is newServer that also returns the pull service, whose
 // lease reaper the caller runs (nil without the API).
 func newServerWithPull(cfg Config, logger *slog.Logger, db *store.DB, b brokerConn, relay relayState, withAPI bool) (*echo.Echo, *pull.Service) {
+	return newServerWithMetrics(cfg, logger, db, b, relay, withAPI, metrics.New(metrics.Options{RoomLabel: cfg.Metrics.RoomLabel}))
+}
+
+// newServerWithMetrics is newServerWithPull recording into m, which /metrics serves.
+func newServerWithMetrics(cfg Config, logger *slog.Logger, db *store.DB, b brokerConn, relay relayState, withAPI bool, m *metrics.Metrics) (*echo.Echo, *pull.Service) {
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
@@ -59,27 +68,91 @@ func newServerWithPull(cfg Config, logger *slog.Logger, db *store.DB, b brokerCo
 			return nil
 		},
 	}))
+	e.Use(m.Middleware())
 	e.Use(middleware.BodyLimit(formatBytes(cfg.HTTP.BodyLimit)))
 
 	e.GET("/healthz", func(c echo.Context) error {
 		return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 	})
 	e.GET("/readyz", readiness(db, b, relay))
+	// Unauthenticated like the probes: keep it off the public network.
+	e.GET("/metrics", echo.WrapHandler(m.Handler()))
+	stats := metrics.StoreQueries{Outbox: db.Events().OutboxBacklog}
+	if withAPI {
+		stats.Leases = db.Leases().Outstanding
+	}
+	m.CollectStore(stats, 2*time.Second, clock, logger)
 	if !withAPI {
 		return e, nil
 	}
 
 	roomSvc := rooms.NewService(db.Rooms(), subscriptions.QueueCleanup{Queues: b, Logger: logger}, clock)
-	subSvc := subscriptions.NewService(db.Subscriptions(), roomSvc, b, clock, logger)
+	subSvc := subscriptions.NewService(db.Subscriptions(), roomSvc, b, cfg.PushTarget.CheckURL, clock, logger)
+	subSvc.SetMaxPerRoom(cfg.Limits.MaxRoomSubscriptions)
 	pullSvc := pull.NewService(subSvc, db.Push(), b, db.Leases(), relay, clock, rand.Float64, logger)
+	pullSvc.Observe(m)
 	v1 := e.Group("/v1")
+	catalog := publish.NewCache(roomSvc, db.Subscriptions(), cfg.CatalogCacheTTL, time.Now)
+	v1.Use(invalidateOnChange(catalog))
+	keys := newKeyService(db, roomSvc)
+	if !cfg.Auth.Disabled {
+		v1.Use(keys.Middleware(authResolver{rooms: roomSvc, subs: subSvc}))
+	}
+	keys.Routes(v1)
 	rooms.Routes(v1, roomSvc)
 	subscriptions.Routes(v1, subSvc)
-	publish.Routes(v1, publish.NewService(roomSvc, db.Subscriptions(), db.Events(), relay, cfg.PushQueue, clock))
+	pubSvc := publish.NewService(catalog, catalog, db.Events(), relay, cfg.PushQueue, clock)
+	pubSvc.Observe(m)
+	pubSvc.SetLimits(publish.Limits{
+		MaxPayload: cfg.Limits.MaxPayload,
+		Take:       auth.NewRateLimiter(cfg.Limits.PublishRate, cfg.Limits.PublishBurst, time.Now).Take,
+	})
+	publish.Routes(v1, pubSvc)
 	push.NewDeadLetters(db.Push(), subSvc, relay, cfg.PushQueue, clock).Routes(v1)
 	retry.Routes(v1, subSvc)
 	pullSvc.Routes(v1)
 	return e, pullSvc
+}
+
+// invalidateOnChange empties the publish cache after every request that may
+// change rooms, event types, versions or subscriptions, so that on this
+// process a publish always sees the changes made before it.
+func invalidateOnChange(c *publish.Cache) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(ctx echo.Context) error {
+			switch path := ctx.Path(); {
+			case ctx.Request().Method == http.MethodGet, !strings.HasPrefix(path, "/v1/rooms"),
+				strings.Contains(path, "/messages"), strings.Contains(path, "/dead-letters"),
+				strings.HasSuffix(path, "/pull"), strings.HasSuffix(path, "/ack"), strings.HasSuffix(path, "/nack"),
+				strings.HasSuffix(path, "/modify-ack-deadline"), strings.HasSuffix(path, "secret\\:rotate"):
+				// Reads, publishes and pulls leave routing as it was.
+				return next(ctx)
+			}
+			// Before the answer leaves (the change is committed by then), so
+			// a client that publishes on receiving it finds the change; and
+			// after, for lookups that raced the change.
+			ctx.Response().Before(c.Invalidate)
+			defer c.Invalidate()
+			return next(ctx)
+		}
+	}
+}
+
+// authResolver answers the authorization rules' questions about rooms and
+// subscriptions.
+type authResolver struct {
+	rooms *rooms.Service
+	subs  *subscriptions.Service
+}
+
+func (r authResolver) Room(ctx context.Context, ref string) (uuid.UUID, string, error) {
+	room, err := r.rooms.Room(ctx, ref)
+	return room.ID, room.ManagerIdentifier, err
+}
+
+func (r authResolver) SubscriptionOwner(ctx context.Context, roomRef, id string) (string, error) {
+	_, s, err := r.subs.Get(ctx, roomRef, id)
+	return s.Owner, err
 }
 
 // clock is the service's time: UTC, truncated to what PostgreSQL stores

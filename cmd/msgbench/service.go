@@ -88,6 +88,10 @@ func (b *bench) startService(ctx context.Context, name, command string, pushQueu
 		"BROKER_URL="+b.brokerURL(),
 		"PUSH_QUEUE="+pushQueue.FQQN(),
 		"PUSH_TIMEOUT="+b.cfg.pushTimeout.String(),
+		// The sink listens on loopback, which the SSRF guard refuses by default.
+		"PUSH_ALLOWED_CIDRS=127.0.0.0/8,::1/128",
+		// Authorization is measured in the API tests, not here.
+		"AUTH_DISABLED=true",
 		"LOG_LEVEL=warn",
 		"LOG_FORMAT=text",
 		"MIGRATE_ON_START=true",
