@@ -103,111 +103,189 @@ func (r *Relay) Healthy() error {
 	return r.lastError
 }
 
-// Run relays until ctx is done.
+// Run relays until ctx is done. It streams: a claimer keeps up to
+// 2×Concurrency rows claimed, Concurrency senders send them as they come, and
+// a recorder marks their outcomes in batches (whatever finished while the
+// previous batch was written), so no send waits for a round to end.
 func (r *Relay) Run(ctx context.Context) {
+	conc := max(1, r.cfg.Concurrency)
+	work := make(chan Pending, 2*conc)
+	results := make(chan relayResult, 2*conc)
+	// slots bounds the rows claimed and not yet recorded.
+	slots := make(chan struct{}, 2*conc)
+	var senders, recorder sync.WaitGroup
+	for range conc {
+		senders.Go(func() {
+			for p := range work {
+				results <- r.send(ctx, p)
+			}
+		})
+	}
+	recorder.Go(func() { r.record(ctx, results, slots) })
+	r.claim(ctx, work, slots)
+	close(work)
+	senders.Wait()
+	close(results)
+	recorder.Wait()
+}
+
+type relayResult struct {
+	p   Pending
+	err error // nil: sent; broker.ErrExpired: expired; else failed
+}
+
+// claim claims pending rows while there are free slots and hands them to the
+// senders; it waits for a Notify, the poll interval or a free slot when
+// there is nothing to claim or no room for it.
+func (r *Relay) claim(ctx context.Context, work chan<- Pending, slots chan struct{}) {
 	backoff := 100 * time.Millisecond
-	for {
-		n, err := r.relayOnce(ctx)
-		r.mu.Lock()
-		r.lastError = err
-		r.mu.Unlock()
+	for ctx.Err() == nil {
+		free := cap(slots) - len(slots)
+		if free == 0 {
+			// Wait for the recorder to free a slot.
+			select {
+			case <-ctx.Done():
+				return
+			case slots <- struct{}{}:
+				<-slots
+			}
+			continue
+		}
+		limit := min(free, r.cfg.Batch)
+		pending, err := r.store.ClaimPending(ctx, r.owner, r.now().Add(r.cfg.Lease), limit)
+		if err != nil && ctx.Err() == nil {
+			r.setError(err)
+			r.logger.WarnContext(ctx, "outbox relay: claim failed; retrying", slog.Any("error", err), slog.Duration("retry_in", backoff))
+		}
+		for _, p := range pending {
+			slots <- struct{}{}
+			work <- p
+		}
+		wake := r.wake
 		wait := r.cfg.Poll
 		switch {
 		case ctx.Err() != nil:
 			return
-		case err != nil:
-			r.logger.WarnContext(ctx, "outbox relay round failed; retrying", slog.Any("error", err), slog.Duration("retry_in", backoff))
-			wait = backoff
-			backoff = min(backoff*2, 5*time.Second)
-		case n >= r.cfg.Batch:
+		case err == nil && !r.failing():
 			backoff = 100 * time.Millisecond
-			continue // more are waiting
+			if len(pending) == limit {
+				continue // more may be waiting
+			}
 		default:
-			backoff = 100 * time.Millisecond
+			// The database or the broker fails: back off, deaf to Notify,
+			// rather than spin on rows that come straight back.
+			wait, backoff, wake = backoff, min(backoff*2, 5*time.Second), nil
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return
-		case <-r.wake:
+		case <-wake:
 			t.Stop()
 		case <-t.C:
 		}
 	}
 }
 
-// relayOnce claims a batch, sends it and records the outcome. It returns how
-// many rows it claimed; an error means some could not be sent.
-func (r *Relay) relayOnce(ctx context.Context) (int, error) {
-	pending, err := r.store.ClaimPending(ctx, r.owner, r.now().Add(r.cfg.Lease), r.cfg.Batch)
-	if err != nil || len(pending) == 0 {
-		return 0, err
-	}
+// send sends one row (unless it expired), bounded by SendTimeout.
+func (r *Relay) send(ctx context.Context, p Pending) relayResult {
 	now := r.now()
-	var (
-		mu                    sync.Mutex
-		sent, failed, expired []uuid.UUID
-		expiredCorrelation    []string
-		firstErr              error
-		wg                    sync.WaitGroup
-		sem                   = make(chan struct{}, max(1, r.cfg.Concurrency))
-	)
-	for _, p := range pending {
-		if !p.Event.ExpiresAt.IsZero() && !now.Before(p.Event.ExpiresAt) {
-			expired = append(expired, p.ID)
-			expiredCorrelation = append(expiredCorrelation, p.CorrelationID)
-			continue
-		}
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			sctx, cancel := context.WithTimeout(ctx, r.cfg.SendTimeout)
-			err := r.broker.Send(sctx, Message(p, now))
-			cancel()
-			mu.Lock()
-			defer mu.Unlock()
-			if errors.Is(err, broker.ErrExpired) {
-				expired = append(expired, p.ID)
-				expiredCorrelation = append(expiredCorrelation, p.CorrelationID)
-				return
-			}
-			if err != nil {
-				r.logger.DebugContext(ctx, "outbox relay: send failed; released for a later round", slog.Any("error", err),
-					slog.String("correlation_id", p.CorrelationID), slog.String("send_id", p.ID.String()))
-				failed = append(failed, p.ID)
-				if firstErr == nil {
-					firstErr = err
-				}
-				return
-			}
-			sent = append(sent, p.ID)
-		}()
+	if !p.Event.ExpiresAt.IsZero() && !now.Before(p.Event.ExpiresAt) {
+		return relayResult{p: p, err: broker.ErrExpired}
 	}
-	wg.Wait()
+	sctx, cancel := context.WithTimeout(ctx, r.cfg.SendTimeout)
+	defer cancel()
+	return relayResult{p: p, err: r.broker.Send(sctx, Message(p, now))}
+}
+
+// record writes the outcomes of sends in batches: it takes what has
+// finished, writes it, and frees those rows' slots.
+func (r *Relay) record(ctx context.Context, results <-chan relayResult, slots <-chan struct{}) {
+	for first := range results {
+		batch := []relayResult{first}
+	more:
+		for len(batch) < r.cfg.Batch {
+			select {
+			case res, ok := <-results:
+				if !ok {
+					break more
+				}
+				batch = append(batch, res)
+			default:
+				break more
+			}
+		}
+		for err := r.recordBatch(ctx, batch); err != nil; err = r.recordBatch(ctx, batch) {
+			// Unrecorded rows stay claimed until their lease ends, then
+			// another round sends them again: a duplicate, never a loss.
+			r.setError(err)
+			r.logger.WarnContext(ctx, "outbox relay: could not record sends; retrying", slog.Any("error", err))
+			if ctx.Err() != nil {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		for range batch {
+			<-slots
+		}
+	}
+}
+
+func (r *Relay) recordBatch(ctx context.Context, batch []relayResult) error {
+	var (
+		sent, failed, expired []uuid.UUID
+		firstErr              error
+	)
+	for _, res := range batch {
+		switch {
+		case res.err == nil:
+			sent = append(sent, res.p.ID)
+		case errors.Is(res.err, broker.ErrExpired):
+			expired = append(expired, res.p.ID)
+			r.logger.InfoContext(ctx, "send expired before it reached the broker", slog.String("send_id", res.p.ID.String()),
+				slog.String("correlation_id", res.p.CorrelationID))
+		default:
+			failed = append(failed, res.p.ID)
+			if firstErr == nil {
+				firstErr = res.err
+			}
+			r.logger.DebugContext(ctx, "outbox relay: send failed; released for a later round", slog.Any("error", res.err),
+				slog.String("correlation_id", res.p.CorrelationID), slog.String("send_id", res.p.ID.String()))
+		}
+	}
 	// Record outcomes with a context that outlives a shutdown signal: a send
 	// the broker confirmed should be marked, or it is sent again on restart.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := r.store.MarkSent(rctx, sent, r.now()); err != nil {
-		return len(pending), err
+		return err
 	}
 	if err := r.store.Complete(rctx, expired, StatusExpired, "expired before the broker accepted it", r.now()); err != nil {
-		return len(pending), err
+		return err
 	}
 	if err := r.store.Release(rctx, failed); err != nil {
-		return len(pending), err
+		return err
 	}
 	r.obs.Relayed("sent", len(sent))
 	r.obs.Relayed("failed", len(failed))
 	r.obs.Relayed("expired", len(expired))
-	for i, id := range expired {
-		r.logger.InfoContext(ctx, "send expired before it reached the broker", slog.String("send_id", id.String()),
-			slog.String("correlation_id", expiredCorrelation[i]))
-	}
-	return len(pending), firstErr
+	r.setError(firstErr)
+	return nil
+}
+
+// setError records the latest outcome for Healthy (nil: working).
+func (r *Relay) setError(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lastError = err
+}
+
+// failing reports whether the latest outcome was an error.
+func (r *Relay) failing() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lastError != nil
 }
 
 // Message builds the broker message for a pending send. A scheduled resend

@@ -147,6 +147,7 @@ type Dispatcher struct {
 	spanRand func() uint64
 	obs      Observer
 	gate     *gate
+	commit   *committer
 }
 
 // New returns a Dispatcher; Run starts it.
@@ -160,6 +161,7 @@ func New(cfg Config, b Broker, dir Directory, log Log, client *http.Client, now 
 		spanRand: rand.Uint64,
 		obs:      nopObserver{},
 		gate:     newGate(),
+		commit:   newCommitter(log),
 	}
 }
 
@@ -182,6 +184,11 @@ func (p *Dispatcher) Run(ctx context.Context) error {
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 	sched := newScheduler(p.cfg.PerSubscription, p.cfg.Backlog, p.cfg.SlowAfter, time.Now)
+	stopCommit := make(chan struct{})
+	var committer sync.WaitGroup
+	committer.Go(func() { p.commit.run(stopCommit) })
+	// Stops after every worker (deferred calls run last in, first out).
+	defer func() { close(stopCommit); committer.Wait() }()
 	var wg, watcher sync.WaitGroup
 	watchCtx, stopWatch := context.WithCancel(workCtx)
 	defer func() { stopWatch(); watcher.Wait() }()
@@ -466,7 +473,7 @@ func (p *Dispatcher) settle(ctx context.Context, d *broker.Delivery, dec *decisi
 		if s.Resend != nil {
 			s.Owner, s.Until = p.owner, p.now().Add(time.Minute)
 		}
-		if err := p.log.Settle(ctx, *s); err != nil {
+		if err := p.commit.settle(ctx, *s); err != nil {
 			return fmt.Errorf("store outcome: %w", err)
 		}
 		dec.stored = true

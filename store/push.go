@@ -106,6 +106,21 @@ func (s *Push) Settle(ctx context.Context, st push.Settlement) error {
 	return translate(err, nil, nil)
 }
 
+// SettleAll implements push.BatchLog: every outcome in one transaction.
+func (s *Push) SettleAll(ctx context.Context, ss []push.Settlement) error {
+	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
+		for _, st := range ss {
+			if err := settleSend(tx, st.SendID, st.Attempt, st.DeadLetter, st.Resend, st.Owner, st.Until); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return translate(err, nil, nil)
+}
+
+var _ push.BatchLog = (*Push)(nil)
+
 // settleSend records the outcome of the copy logged as sendID (when known),
 // stores a dead letter and the next copy (claimed by owner until until, or
 // left to the relay when owner is ""), within tx.

@@ -1,0 +1,186 @@
+package publish
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/roomhub/messaging-api/broker"
+)
+
+// outbox is an in-memory relay store: the outbox part of Store.
+type outbox struct {
+	Store  // the rest is never called
+	mu     sync.Mutex
+	rows   map[uuid.UUID]*outboxRow
+	order  []uuid.UUID
+	claims atomic.Int64
+}
+
+type outboxRow struct {
+	p       Pending
+	claimed bool
+	status  Status
+}
+
+func newOutbox() *outbox { return &outbox{rows: map[uuid.UUID]*outboxRow{}} }
+
+func (o *outbox) add(expires time.Time) uuid.UUID {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	id := uuid.New()
+	o.rows[id] = &outboxRow{p: Pending{Send: Send{ID: id, Destination: "q"}, Event: Event{ID: uuid.New(), ExpiresAt: expires}}, status: StatusPending}
+	o.order = append(o.order, id)
+	return id
+}
+
+func (o *outbox) ClaimPending(_ context.Context, _ string, _ time.Time, limit int) ([]Pending, error) {
+	o.claims.Add(1)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []Pending
+	for _, id := range o.order {
+		r := o.rows[id]
+		if len(out) < limit && r.status == StatusPending && !r.claimed {
+			r.claimed = true
+			out = append(out, r.p)
+		}
+	}
+	return out, nil
+}
+
+func (o *outbox) set(ids []uuid.UUID, f func(*outboxRow)) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, id := range ids {
+		f(o.rows[id])
+	}
+}
+
+func (o *outbox) MarkSent(_ context.Context, ids []uuid.UUID, _ time.Time) error {
+	o.set(ids, func(r *outboxRow) { r.status, r.claimed = StatusSent, false })
+	return nil
+}
+
+func (o *outbox) Release(_ context.Context, ids []uuid.UUID) error {
+	o.set(ids, func(r *outboxRow) { r.claimed = false })
+	return nil
+}
+
+func (o *outbox) Complete(_ context.Context, ids []uuid.UUID, s Status, _ string, _ time.Time) error {
+	o.set(ids, func(r *outboxRow) { r.status, r.claimed = s, false })
+	return nil
+}
+
+func (o *outbox) count(s Status) int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, r := range o.rows {
+		if r.status == s {
+			n++
+		}
+	}
+	return n
+}
+
+// sink is a broker that counts sends per send id, and fails while down.
+type sink struct {
+	mu    sync.Mutex
+	got   map[string]int
+	down  atomic.Bool
+	tries atomic.Int64
+}
+
+func (s *sink) Send(_ context.Context, m broker.Message) error {
+	s.tries.Add(1)
+	if s.down.Load() {
+		return broker.ErrClosed
+	}
+	time.Sleep(time.Millisecond) // a receipt's round trip
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got[m.Headers[HeaderSendID]]++
+	return nil
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func TestRelayStreams(t *testing.T) {
+	t.Parallel()
+	o, b := newOutbox(), &sink{got: map[string]int{}}
+	cfg := RelayConfig{Batch: 50, Concurrency: 8, Poll: time.Hour, Lease: time.Minute, SendTimeout: time.Second}
+	r := NewRelay(o, b, cfg, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+
+	// Rows added while the relay runs are sent on Notify, without waiting
+	// for the (hour-long) poll.
+	for range 20 {
+		for range 50 {
+			o.add(time.Time{})
+		}
+		r.Notify()
+		time.Sleep(2 * time.Millisecond)
+	}
+	expired := o.add(time.Now().Add(-time.Second))
+	r.Notify()
+	waitFor(t, "1000 sends", func() bool { return o.count(StatusSent) == 1000 && o.count(StatusExpired) == 1 })
+	b.mu.Lock()
+	for id, n := range b.got {
+		if n != 1 {
+			t.Errorf("send %s went %d times", id, n)
+		}
+	}
+	if len(b.got) != 1000 || b.got[expired.String()] != 0 {
+		t.Errorf("%d distinct sends (want 1000), expired one sent %d times", len(b.got), b.got[expired.String()])
+	}
+	b.mu.Unlock()
+	if err := r.Healthy(); err != nil {
+		t.Errorf("Healthy: %v", err)
+	}
+
+	// A broker outage: rows are released, the relay is unhealthy and backs
+	// off instead of spinning; all go once the broker is back.
+	b.down.Store(true)
+	for range 100 {
+		o.add(time.Time{})
+	}
+	r.Notify()
+	waitFor(t, "the relay to notice the outage", func() bool { return r.Healthy() != nil })
+	tries := b.tries.Load()
+	for range 20 {
+		r.Notify() // publishes keep coming
+		time.Sleep(25 * time.Millisecond)
+	}
+	if n := b.tries.Load() - tries; n > 400 {
+		t.Errorf("%d send attempts in 0.5 s of outage: the relay spins", n)
+	}
+	b.down.Store(false)
+	waitFor(t, "the backlog after the outage", func() bool { return o.count(StatusSent) == 1100 })
+	waitFor(t, "Healthy", func() bool { return r.Healthy() == nil })
+
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	if c := o.count(StatusPending); c != 0 {
+		t.Errorf("%d rows left pending", c)
+	}
+}
