@@ -18,13 +18,13 @@ build: ## build bin/messaging-api
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/messaging-api
 
 .PHONY: run
-run: ## run the service with the embedded defaults (SQLite file, in-process broker) on :8080
-	$(GO) run ./cmd/messaging-api serve
+run: ## run the service with the embedded defaults (SQLite file, in-process broker) on :8080; push URLs may be on loopback
+	PUSH_ALLOWED_CIDRS=$${PUSH_ALLOWED_CIDRS:-127.0.0.0/8,::1/128} $(GO) run ./cmd/messaging-api serve
 
 .PHONY: run-activemq
 run-activemq: broker-start ## run the service against the local ActiveMQ Classic and PostgreSQL
 	BROKER_URL='$(LOCAL_BROKER_URL)' DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable} \
-		$(GO) run ./cmd/messaging-api serve
+		PUSH_ALLOWED_CIDRS=$${PUSH_ALLOWED_CIDRS:-127.0.0.0/8,::1/128} $(GO) run ./cmd/messaging-api serve
 
 .PHONY: test
 test: ## run every test; uses PostgreSQL and starts the local ActiveMQ Classic when it is installed
@@ -79,6 +79,34 @@ bench-smoke: ## run the benchmark with tiny parameters and check every figure (l
 		export BROKER_TEST_URL="$${BROKER_TEST_URL:-$(LOCAL_BROKER_URL)}"; \
 	fi; \
 	$(GO) test -count=1 -run 'TestSmoke|TestCheck' -v ./cmd/msgbench
+
+# The fault suite runs its own PostgreSQL cluster and ActiveMQ (temp dir, free
+# ports); it never touches the shared ones. Needs the postgresql and activemq
+# packages (make broker-install). FAULT_FLAGS adds flags, e.g. -keep -json fault.json.
+.PHONY: fault fault-smoke
+fault: ## fault suite: load through 2 api + 2 dispatcher processes while killing them, the broker and PostgreSQL; fails if an accepted message is lost (~3-4 min)
+	$(GO) run ./cmd/faultsuite $(FAULT_FLAGS)
+fault-smoke: ## the fault suite's short form, for CI (~1.5 min)
+	$(GO) run ./cmd/faultsuite -short $(FAULT_FLAGS)
+
+# Fuzz targets as package:Target; go test -fuzz takes one of each per run.
+# Seeds are in each package's testdata/fuzz/<Target>, where a failing input lands.
+FUZZ_TARGETS := api:FuzzDecodeBytes api:FuzzNullable \
+	rooms:FuzzRoomRequest subscriptions:FuzzSubscriptionRequest publish:FuzzPublishRequest \
+	retry:FuzzFourPhase retry:FuzzExponential retry:FuzzBackoff retry:FuzzRetryPolicyJSON retry:FuzzPreview \
+	push:FuzzParseRetryAfter push:FuzzRetryAfterForms push:FuzzEventOf push:FuzzEventOfHeaders \
+	broker:FuzzHeaderRoundTrip broker:FuzzDecodeMessage
+FUZZTIME ?= 30s
+
+.PHONY: fuzz fuzz-smoke
+fuzz: ## run each fuzz target for FUZZTIME (30s); FUZZ_PARALLEL sets the workers
+	@set -e; for t in $(FUZZ_TARGETS); do \
+		echo "== $${t%%:*} $${t##*:} ($(FUZZTIME))"; \
+		$(GO) test ./$${t%%:*} -run '^$$' -fuzz "^$${t##*:}\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s \
+			$(if $(FUZZ_PARALLEL),-parallel $(FUZZ_PARALLEL)); \
+	done
+fuzz-smoke: ## run each fuzz target for 3s (CI)
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 
 .PHONY: clean
 clean: ## remove build output and local data
