@@ -103,16 +103,16 @@ func (r *Relay) Healthy() error {
 	return r.lastError
 }
 
-// Run relays until ctx is done. It streams: a claimer keeps up to
-// 2×Concurrency rows claimed, Concurrency senders send them as they come, and
-// a recorder marks their outcomes in batches (whatever finished while the
-// previous batch was written), so no send waits for a round to end.
+// Run relays until ctx is done. It streams: a claimer keeps up to two
+// batches of rows claimed (claiming another batch as soon as one is done),
+// Concurrency senders send them as they come, and a recorder marks their
+// outcomes in batches (whatever finished while the previous batch was
+// written), so no send waits for a round to end.
 func (r *Relay) Run(ctx context.Context) {
-	conc := max(1, r.cfg.Concurrency)
-	work := make(chan Pending, 2*conc)
-	results := make(chan relayResult, 2*conc)
-	// slots bounds the rows claimed and not yet recorded.
-	slots := make(chan struct{}, 2*conc)
+	conc, batch := max(1, r.cfg.Concurrency), max(1, r.cfg.Batch)
+	q := &inflight{limit: 2 * batch, freed: make(chan struct{}, 1)}
+	work := make(chan Pending, q.limit)
+	results := make(chan relayResult, q.limit)
 	var senders, recorder sync.WaitGroup
 	for range conc {
 		senders.Go(func() {
@@ -121,12 +121,48 @@ func (r *Relay) Run(ctx context.Context) {
 			}
 		})
 	}
-	recorder.Go(func() { r.record(ctx, results, slots) })
-	r.claim(ctx, work, slots)
+	recorder.Go(func() { r.record(ctx, results, q) })
+	r.claim(ctx, work, q, batch)
 	close(work)
 	senders.Wait()
 	close(results)
 	recorder.Wait()
+}
+
+// inflight counts the rows claimed and not yet recorded.
+type inflight struct {
+	mu    sync.Mutex
+	n     int
+	limit int
+	freed chan struct{} // signalled when the recorder frees rows
+}
+
+func (q *inflight) add(n int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.n += n
+}
+
+func (q *inflight) done(n int) {
+	q.mu.Lock()
+	q.n -= n
+	q.mu.Unlock()
+	select {
+	case q.freed <- struct{}{}:
+	default:
+	}
+}
+
+// room is how many rows may be claimed now: a whole batch, or all that is
+// left when nothing is in flight; 0 means wait for freed.
+func (q *inflight) room(batch int) int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	free := q.limit - q.n
+	if free >= batch || q.n == 0 {
+		return min(free, batch)
+	}
+	return 0
 }
 
 type relayResult struct {
@@ -137,28 +173,26 @@ type relayResult struct {
 // claim claims pending rows while there are free slots and hands them to the
 // senders; it waits for a Notify, the poll interval or a free slot when
 // there is nothing to claim or no room for it.
-func (r *Relay) claim(ctx context.Context, work chan<- Pending, slots chan struct{}) {
+func (r *Relay) claim(ctx context.Context, work chan<- Pending, q *inflight, batch int) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		free := cap(slots) - len(slots)
-		if free == 0 {
-			// Wait for the recorder to free a slot.
+		limit := q.room(batch)
+		if limit == 0 {
+			// A batch is still being sent: claim the next when it is done.
 			select {
 			case <-ctx.Done():
 				return
-			case slots <- struct{}{}:
-				<-slots
+			case <-q.freed:
 			}
 			continue
 		}
-		limit := min(free, r.cfg.Batch)
 		pending, err := r.store.ClaimPending(ctx, r.owner, r.now().Add(r.cfg.Lease), limit)
 		if err != nil && ctx.Err() == nil {
 			r.setError(err)
 			r.logger.WarnContext(ctx, "outbox relay: claim failed; retrying", slog.Any("error", err), slog.Duration("retry_in", backoff))
 		}
+		q.add(len(pending))
 		for _, p := range pending {
-			slots <- struct{}{}
 			work <- p
 		}
 		wake := r.wake
@@ -201,7 +235,7 @@ func (r *Relay) send(ctx context.Context, p Pending) relayResult {
 
 // record writes the outcomes of sends in batches: it takes what has
 // finished, writes it, and frees those rows' slots.
-func (r *Relay) record(ctx context.Context, results <-chan relayResult, slots <-chan struct{}) {
+func (r *Relay) record(ctx context.Context, results <-chan relayResult, q *inflight) {
 	for first := range results {
 		batch := []relayResult{first}
 	more:
@@ -226,9 +260,7 @@ func (r *Relay) record(ctx context.Context, results <-chan relayResult, slots <-
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
-		for range batch {
-			<-slots
-		}
+		q.done(len(batch))
 	}
 }
 
