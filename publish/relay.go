@@ -70,6 +70,59 @@ type Relay struct {
 
 	mu        sync.Mutex
 	lastError error
+
+	// Outbox vacuuming (see Vacuumer).
+	vacMu      sync.Mutex
+	vacDone    int       // rows recorded since the last vacuum
+	vacLast    time.Time // when the last vacuum started
+	vacRunning bool
+	vacOff     bool
+}
+
+// Vacuumer is a Store that can clean its outbox of the row versions that
+// recorded sends leave behind (PostgreSQL's VACUUM). The claim query walks
+// the outbox's index in order, and under a few thousand sends a second
+// autovacuum falls behind: the walk then crosses every dead entry (450 ms per
+// claim at 200k rows instead of under 1 ms, measured), so the relay vacuums
+// after every VacuumEvery recorded rows, at most once per VacuumInterval.
+type Vacuumer interface {
+	VacuumOutbox(ctx context.Context) error
+}
+
+// Vacuum tuning.
+const (
+	VacuumEvery    = 5000
+	VacuumInterval = 5 * time.Second
+)
+
+// maybeVacuum counts recorded rows and vacuums the outbox in the background
+// when enough went by.
+func (r *Relay) maybeVacuum(ctx context.Context, n int) {
+	v, ok := r.store.(Vacuumer)
+	if !ok || n == 0 {
+		return
+	}
+	r.vacMu.Lock()
+	defer r.vacMu.Unlock()
+	r.vacDone += n
+	if r.vacOff || r.vacRunning || r.vacDone < VacuumEvery || time.Since(r.vacLast) < VacuumInterval {
+		return
+	}
+	r.vacRunning, r.vacDone, r.vacLast = true, 0, time.Now()
+	go func() {
+		vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+		defer cancel()
+		err := v.VacuumOutbox(vctx)
+		r.vacMu.Lock()
+		defer r.vacMu.Unlock()
+		r.vacRunning = false
+		if err != nil {
+			// Most likely the database user does not own the table: leave it
+			// to autovacuum (see docs/operations.md).
+			r.vacOff = true
+			r.logger.WarnContext(ctx, "outbox relay: cannot vacuum the outbox; leaving it to autovacuum", slog.Any("error", err))
+		}
+	}()
 }
 
 // NewRelay returns a relay; Run starts it.
@@ -303,6 +356,7 @@ func (r *Relay) recordBatch(ctx context.Context, batch []relayResult) error {
 	r.obs.Relayed("failed", len(failed))
 	r.obs.Relayed("expired", len(expired))
 	r.setError(firstErr)
+	r.maybeVacuum(ctx, len(sent)+len(expired))
 	return nil
 }
 

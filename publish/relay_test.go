@@ -2,6 +2,7 @@ package publish
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"sync"
@@ -182,5 +183,58 @@ func TestRelayStreams(t *testing.T) {
 	}
 	if c := o.count(StatusPending); c != 0 {
 		t.Errorf("%d rows left pending", c)
+	}
+}
+
+// vacuumOutbox is an outbox that counts vacuums and may fail them.
+type vacuumOutbox struct {
+	*outbox
+	calls atomic.Int64
+	fail  bool
+}
+
+func (v *vacuumOutbox) VacuumOutbox(context.Context) error {
+	v.calls.Add(1)
+	if v.fail {
+		return errors.New("must be owner of table published_messages")
+	}
+	return nil
+}
+
+func TestRelayVacuumsTheOutbox(t *testing.T) {
+	t.Parallel()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	v := &vacuumOutbox{outbox: newOutbox()}
+	r := NewRelay(v, &sink{got: map[string]int{}}, DefaultRelayConfig, time.Now, logger)
+	ctx := context.Background()
+	r.maybeVacuum(ctx, VacuumEvery-1)
+	waitFor(t, "nothing", func() bool { return true })
+	if v.calls.Load() != 0 {
+		t.Fatal("vacuumed before VacuumEvery rows")
+	}
+	r.maybeVacuum(ctx, 1)
+	waitFor(t, "a vacuum", func() bool { return v.calls.Load() == 1 })
+	r.maybeVacuum(ctx, 10*VacuumEvery) // within VacuumInterval of the last
+	time.Sleep(50 * time.Millisecond)
+	if v.calls.Load() != 1 {
+		t.Errorf("vacuumed %d times within VacuumInterval", v.calls.Load())
+	}
+
+	// A vacuum the database refuses is not tried again.
+	f := &vacuumOutbox{outbox: newOutbox(), fail: true}
+	r = NewRelay(f, &sink{got: map[string]int{}}, DefaultRelayConfig, time.Now, logger)
+	r.maybeVacuum(ctx, VacuumEvery)
+	waitFor(t, "the refused vacuum", func() bool {
+		r.vacMu.Lock()
+		defer r.vacMu.Unlock()
+		return r.vacOff
+	})
+	r.vacMu.Lock()
+	r.vacLast = time.Time{}
+	r.vacMu.Unlock()
+	r.maybeVacuum(ctx, VacuumEvery)
+	time.Sleep(50 * time.Millisecond)
+	if f.calls.Load() != 1 {
+		t.Errorf("a refused vacuum was tried %d times", f.calls.Load())
 	}
 }

@@ -297,6 +297,17 @@ func (s *Events) ClaimPending(ctx context.Context, owner string, until time.Time
 	return out, nil
 }
 
+var _ publish.Vacuumer = (*Events)(nil)
+
+// VacuumOutbox implements publish.Vacuumer: on PostgreSQL a VACUUM of the
+// log (skipped when another process is vacuuming it); nothing on SQLite.
+func (s *Events) VacuumOutbox(ctx context.Context) error {
+	if s.db.dialect != Postgres {
+		return nil
+	}
+	return s.tx(ctx).Exec("VACUUM (ANALYZE, SKIP_LOCKED) published_messages").Error
+}
+
 // MarkSent implements publish.Store.
 func (s *Events) MarkSent(ctx context.Context, ids []uuid.UUID, at time.Time) error {
 	if len(ids) == 0 {
