@@ -156,112 +156,29 @@ func (r *Relay) Healthy() error {
 	return r.lastError
 }
 
-// Run relays until ctx is done. It streams: a claimer keeps up to two
-// batches of rows claimed (claiming another batch as soon as one is done),
-// Concurrency senders send them as they come, and a recorder marks their
-// outcomes in batches (whatever finished while the previous batch was
-// written), so no send waits for a round to end.
+// Run relays until ctx is done.
 func (r *Relay) Run(ctx context.Context) {
-	conc, batch := max(1, r.cfg.Concurrency), max(1, r.cfg.Batch)
-	q := &inflight{limit: 2 * batch, freed: make(chan struct{}, 1)}
-	work := make(chan Pending, q.limit)
-	results := make(chan relayResult, q.limit)
-	var senders, recorder sync.WaitGroup
-	for range conc {
-		senders.Go(func() {
-			for p := range work {
-				results <- r.send(ctx, p)
-			}
-		})
-	}
-	recorder.Go(func() { r.record(ctx, results, q) })
-	r.claim(ctx, work, q, batch)
-	close(work)
-	senders.Wait()
-	close(results)
-	recorder.Wait()
-}
-
-// inflight counts the rows claimed and not yet recorded.
-type inflight struct {
-	mu    sync.Mutex
-	n     int
-	limit int
-	freed chan struct{} // signalled when the recorder frees rows
-}
-
-func (q *inflight) add(n int) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	q.n += n
-}
-
-func (q *inflight) done(n int) {
-	q.mu.Lock()
-	q.n -= n
-	q.mu.Unlock()
-	select {
-	case q.freed <- struct{}{}:
-	default:
-	}
-}
-
-// room is how many rows may be claimed now: a whole batch, or all that is
-// left when nothing is in flight; 0 means wait for freed.
-func (q *inflight) room(batch int) int {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	free := q.limit - q.n
-	if free >= batch || q.n == 0 {
-		return min(free, batch)
-	}
-	return 0
-}
-
-type relayResult struct {
-	p   Pending
-	err error // nil: sent; broker.ErrExpired: expired; else failed
-}
-
-// claim claims pending rows while there are free slots and hands them to the
-// senders; it waits for a Notify, the poll interval or a free slot when
-// there is nothing to claim or no room for it.
-func (r *Relay) claim(ctx context.Context, work chan<- Pending, q *inflight, batch int) {
 	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		limit := q.room(batch)
-		if limit == 0 {
-			// A batch is still being sent: claim the next when it is done.
-			select {
-			case <-ctx.Done():
-				return
-			case <-q.freed:
-			}
-			continue
-		}
-		pending, err := r.store.ClaimPending(ctx, r.owner, r.now().Add(r.cfg.Lease), limit)
-		if err != nil && ctx.Err() == nil {
-			r.setError(err)
-			r.logger.WarnContext(ctx, "outbox relay: claim failed; retrying", slog.Any("error", err), slog.Duration("retry_in", backoff))
-		}
-		q.add(len(pending))
-		for _, p := range pending {
-			work <- p
-		}
-		wake := r.wake
-		wait := r.cfg.Poll
+	for {
+		n, err := r.relayOnce(ctx)
+		r.mu.Lock()
+		r.lastError = err
+		r.mu.Unlock()
+		wait, wake := r.cfg.Poll, r.wake
 		switch {
 		case ctx.Err() != nil:
 			return
-		case err == nil && !r.failing():
+		case err != nil:
+			// Deaf to Notify while the database or broker fails, so that
+			// publishes do not make the relay spin on rows that come back.
+			r.logger.WarnContext(ctx, "outbox relay round failed; retrying", slog.Any("error", err), slog.Duration("retry_in", backoff))
+			wait, wake = backoff, nil
+			backoff = min(backoff*2, 5*time.Second)
+		case n >= r.cfg.Batch:
 			backoff = 100 * time.Millisecond
-			if len(pending) == limit {
-				continue // more may be waiting
-			}
+			continue // more are waiting
 		default:
-			// The database or the broker fails: back off, deaf to Notify,
-			// rather than spin on rows that come straight back.
-			wait, backoff, wake = backoff, min(backoff*2, 5*time.Second), nil
+			backoff = 100 * time.Millisecond
 		}
 		t := time.NewTimer(wait)
 		select {
@@ -275,103 +192,78 @@ func (r *Relay) claim(ctx context.Context, work chan<- Pending, q *inflight, bat
 	}
 }
 
-// send sends one row (unless it expired), bounded by SendTimeout.
-func (r *Relay) send(ctx context.Context, p Pending) relayResult {
+// relayOnce claims a batch, sends it and records the outcome. It returns how
+// many rows it claimed; an error means some could not be sent.
+func (r *Relay) relayOnce(ctx context.Context) (int, error) {
+	pending, err := r.store.ClaimPending(ctx, r.owner, r.now().Add(r.cfg.Lease), r.cfg.Batch)
+	if err != nil || len(pending) == 0 {
+		return 0, err
+	}
 	now := r.now()
-	if !p.Event.ExpiresAt.IsZero() && !now.Before(p.Event.ExpiresAt) {
-		return relayResult{p: p, err: broker.ErrExpired}
-	}
-	sctx, cancel := context.WithTimeout(ctx, r.cfg.SendTimeout)
-	defer cancel()
-	return relayResult{p: p, err: r.broker.Send(sctx, Message(p, now))}
-}
-
-// record writes the outcomes of sends in batches: it takes what has
-// finished, writes it, and frees those rows' slots.
-func (r *Relay) record(ctx context.Context, results <-chan relayResult, q *inflight) {
-	for first := range results {
-		batch := []relayResult{first}
-	more:
-		for len(batch) < r.cfg.Batch {
-			select {
-			case res, ok := <-results:
-				if !ok {
-					break more
-				}
-				batch = append(batch, res)
-			default:
-				break more
-			}
-		}
-		for err := r.recordBatch(ctx, batch); err != nil; err = r.recordBatch(ctx, batch) {
-			// Unrecorded rows stay claimed until their lease ends, then
-			// another round sends them again: a duplicate, never a loss.
-			r.setError(err)
-			r.logger.WarnContext(ctx, "outbox relay: could not record sends; retrying", slog.Any("error", err))
-			if ctx.Err() != nil {
-				break
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-		q.done(len(batch))
-	}
-}
-
-func (r *Relay) recordBatch(ctx context.Context, batch []relayResult) error {
 	var (
+		mu                    sync.Mutex
 		sent, failed, expired []uuid.UUID
+		expiredCorrelation    []string
 		firstErr              error
+		wg                    sync.WaitGroup
+		sem                   = make(chan struct{}, max(1, r.cfg.Concurrency))
 	)
-	for _, res := range batch {
-		switch {
-		case res.err == nil:
-			sent = append(sent, res.p.ID)
-		case errors.Is(res.err, broker.ErrExpired):
-			expired = append(expired, res.p.ID)
-			r.logger.InfoContext(ctx, "send expired before it reached the broker", slog.String("send_id", res.p.ID.String()),
-				slog.String("correlation_id", res.p.CorrelationID))
-		default:
-			failed = append(failed, res.p.ID)
-			if firstErr == nil {
-				firstErr = res.err
-			}
-			r.logger.DebugContext(ctx, "outbox relay: send failed; released for a later round", slog.Any("error", res.err),
-				slog.String("correlation_id", res.p.CorrelationID), slog.String("send_id", res.p.ID.String()))
+	for _, p := range pending {
+		if !p.Event.ExpiresAt.IsZero() && !now.Before(p.Event.ExpiresAt) {
+			expired = append(expired, p.ID)
+			expiredCorrelation = append(expiredCorrelation, p.CorrelationID)
+			continue
 		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			sctx, cancel := context.WithTimeout(ctx, r.cfg.SendTimeout)
+			err := r.broker.Send(sctx, Message(p, now))
+			cancel()
+			mu.Lock()
+			defer mu.Unlock()
+			if errors.Is(err, broker.ErrExpired) {
+				expired = append(expired, p.ID)
+				expiredCorrelation = append(expiredCorrelation, p.CorrelationID)
+				return
+			}
+			if err != nil {
+				r.logger.DebugContext(ctx, "outbox relay: send failed; released for a later round", slog.Any("error", err),
+					slog.String("correlation_id", p.CorrelationID), slog.String("send_id", p.ID.String()))
+				failed = append(failed, p.ID)
+				if firstErr == nil {
+					firstErr = err
+				}
+				return
+			}
+			sent = append(sent, p.ID)
+		}()
 	}
+	wg.Wait()
 	// Record outcomes with a context that outlives a shutdown signal: a send
 	// the broker confirmed should be marked, or it is sent again on restart.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := r.store.MarkSent(rctx, sent, r.now()); err != nil {
-		return err
+		return len(pending), err
 	}
 	if err := r.store.Complete(rctx, expired, StatusExpired, "expired before the broker accepted it", r.now()); err != nil {
-		return err
+		return len(pending), err
 	}
 	if err := r.store.Release(rctx, failed); err != nil {
-		return err
+		return len(pending), err
 	}
 	r.obs.Relayed("sent", len(sent))
 	r.obs.Relayed("failed", len(failed))
 	r.obs.Relayed("expired", len(expired))
-	r.setError(firstErr)
 	r.maybeVacuum(ctx, len(sent)+len(expired))
-	return nil
-}
-
-// setError records the latest outcome for Healthy (nil: working).
-func (r *Relay) setError(err error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.lastError = err
-}
-
-// failing reports whether the latest outcome was an error.
-func (r *Relay) failing() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.lastError != nil
+	for i, id := range expired {
+		r.logger.InfoContext(ctx, "send expired before it reached the broker", slog.String("send_id", id.String()),
+			slog.String("correlation_id", expiredCorrelation[i]))
+	}
+	return len(pending), firstErr
 }
 
 // Message builds the broker message for a pending send. A scheduled resend

@@ -120,7 +120,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func TestRelayStreams(t *testing.T) {
+func TestRelaySendsOnNotifyAndBacksOff(t *testing.T) {
 	t.Parallel()
 	o, b := newOutbox(), &sink{got: map[string]int{}}
 	cfg := RelayConfig{Batch: 50, Concurrency: 8, Poll: time.Hour, Lease: time.Minute, SendTimeout: time.Second}
