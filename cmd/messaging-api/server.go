@@ -96,7 +96,7 @@ func newServerWithMetrics(cfg Config, logger *slog.Logger, db *store.DB, b broke
 	v1.Use(invalidateOnChange(catalog))
 	keys := newKeyService(db, roomSvc)
 	if !cfg.Auth.Disabled {
-		v1.Use(keys.Middleware(authResolver{rooms: roomSvc, subs: subSvc}))
+		v1.Use(keys.Middleware(authResolver{rooms: catalog, subs: subSvc}))
 	}
 	keys.Routes(v1)
 	rooms.Routes(v1, roomSvc)
@@ -141,7 +141,12 @@ func invalidateOnChange(c *publish.Cache) echo.MiddlewareFunc {
 // authResolver answers the authorization rules' questions about rooms and
 // subscriptions.
 type authResolver struct {
-	rooms *rooms.Service
+	// rooms is the publish cache: a publisher's key check and its publish
+	// read the room once between them, and a room handed to another manager
+	// changes hands within CATALOG_CACHE_TTL on the other processes.
+	rooms interface {
+		Room(ctx context.Context, ref string) (rooms.Room, error)
+	}
 	subs  *subscriptions.Service
 }
 
