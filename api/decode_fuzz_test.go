@@ -38,7 +38,7 @@ var decodeSeeds = []string{
 	`{"items":[{"name":"a","versions":[1,2]}],"item":{"name":"b"}}`,
 	`{"items":[{"name":"a","versoins":[1]}]}`,
 	`{"item":{"name":"a","extra":1}}`,
-	`{"identifer":"typo"}`,
+	`{"identifer":"typo"}`, //nolint:misspell // a deliberate typo: an unknown field
 	`{"delay":"1000"}`,
 	`{"delay":1e400}`,
 	`{"delay":9223372036854775808}`,

@@ -98,18 +98,18 @@ func FuzzRetryAfterForms(f *testing.F) {
 			date = strings.Replace(date, "UTC", "GMT", 1)
 		}
 		fromDate, okDate := ParseRetryAfter(date, fuzzNow)
-		fromSecs, okSecs := ParseRetryAfter(strconv.FormatInt(secs, 10), fuzzNow)
+		fromDelta, okDelta := ParseRetryAfter(strconv.FormatInt(secs, 10), fuzzNow)
 		if !okDate {
 			t.Fatalf("date %q not understood", date)
 		}
 		if secs < 0 {
-			if okSecs || fromDate != 0 {
-				t.Fatalf("%d s: %v, %v; date %q: %v", secs, fromSecs, okSecs, date, fromDate)
+			if okDelta || fromDate != 0 {
+				t.Fatalf("%d s: %v, %v; date %q: %v", secs, fromDelta, okDelta, date, fromDate)
 			}
 			return
 		}
-		if !okSecs || fromSecs != fromDate {
-			t.Fatalf("%d s gives %v, %v; the date %q gives %v", secs, fromSecs, okSecs, date, fromDate)
+		if !okDelta || fromDelta != fromDate {
+			t.Fatalf("%d s gives %v, %v; the date %q gives %v", secs, fromDelta, okDelta, date, fromDate)
 		}
 	})
 }

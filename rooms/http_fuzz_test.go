@@ -37,7 +37,7 @@ func FuzzRoomRequest(f *testing.F) {
 		`{"identifier":"orders","managerIdentifier":"m"}`,
 		`{"deliveryDelay":9223372036854775807,"deliveryDelayMultiplier":1e308,"deliveryAttempts":-1,"maxDeliveryDelay":-1,"deliveryJitter":-0}`,
 		`{"deliveryDelay":1e400}`, `{"deliveryJitter":"NaN"}`, `{"status":"TERMINATED"}`, `{"status":"terminated"}`,
-		`{"identifier":"a","identifier":"b"}`, `{"identifer":"typo"}`, `{"":1}`, `{}`, `null`, `[]`, ``, `{`, `{}{}`,
+		`{"identifier":"a","identifier":"b"}`, `{"identifer":"typo"}`, `{"":1}`, `{}`, `null`, `[]`, ``, `{`, `{}{}`, //nolint:misspell // a deliberate typo: an unknown field
 		`{"managerIdentifier":"\u0000\ud800"}`,
 		`{"retryPolicy":{"retryPolicy":{"retryPolicy":{}}}}`,
 	} {

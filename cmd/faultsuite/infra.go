@@ -235,7 +235,8 @@ func (b *activeMQ) start(ctx context.Context) error {
 
 // stompReady succeeds when the port answers CONNECT with CONNECTED.
 func stompReady(port int) bool {
-	c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second)
+	d := net.Dialer{Timeout: time.Second}
+	c, err := d.DialContext(context.Background(), "tcp", "127.0.0.1:"+strconv.Itoa(port))
 	if err != nil {
 		return false
 	}
@@ -253,7 +254,7 @@ func stompReady(port int) bool {
 }
 
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}

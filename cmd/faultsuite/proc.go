@@ -51,7 +51,9 @@ func (p *proc) start() error {
 	}
 	p.starts++
 	fmt.Fprintf(logFile, "=== %s faultsuite: start #%d: %s %s\n", time.Now().Format(time.RFC3339Nano), p.starts, p.path, strings.Join(p.args, " "))
-	cmd := exec.Command(p.path, p.args...)
+	// Not CommandContext: the suite ends its processes itself (signal, grace,
+	// then SIGKILL of the group), in the order each fault needs.
+	cmd := exec.Command(p.path, p.args...) //nolint:noctx // see above
 	cmd.Env, cmd.Dir = p.env, p.dir
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: p.cred}
@@ -147,8 +149,8 @@ func (p *proc) stop(sig syscall.Signal, grace time.Duration) error {
 	if p.pid() == 0 {
 		return nil
 	}
-	if err := p.signal(sig); err != nil {
-		return nil // exited meanwhile
+	if p.signal(sig) != nil {
+		return nil //nolint:nilerr // it exited meanwhile: stopped all the same
 	}
 	select {
 	case <-p.exited():
@@ -166,8 +168,8 @@ func (p *proc) stopGo(grace time.Duration) error {
 	if p.pid() == 0 {
 		return nil
 	}
-	if err := p.signal(syscall.SIGTERM); err != nil {
-		return nil // exited meanwhile
+	if p.signal(syscall.SIGTERM) != nil {
+		return nil //nolint:nilerr // it exited meanwhile: stopped all the same
 	}
 	select {
 	case <-p.exited():

@@ -72,7 +72,7 @@ func TestStartWithoutKeys(t *testing.T) {
 	const bootstrap = "mapi_bootstrap-key-for-the-test-0123456789"
 	base := startService(t, map[string]string{"DATABASE_URL": db, "AUTH_DISABLED": "", "AUTH_BOOTSTRAP_ADMIN_KEY": bootstrap})
 	get := func(key string) int {
-		req, _ := http.NewRequest("GET", base+"/v1/api-keys/current", nil)
+		req, _ := http.NewRequest(http.MethodGet, base+"/v1/api-keys/current", nil)
 		req.Header.Set("Authorization", "Bearer "+key)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {

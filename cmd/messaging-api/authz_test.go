@@ -22,7 +22,7 @@ import (
 )
 
 // routeAccess says, independently of auth.Rules, which roles may call each
-// route within their reach: a(dmin), m(anager), p(ublisher), s(ubscriber).
+// route within their reach: a = admin, m = manager, p = publisher, s = subscriber.
 // Every route the server registers must be listed here.
 var routeAccess = map[string]string{
 	"POST /v1/api-keys":                 "a",

@@ -306,7 +306,7 @@ func testTracePropagation(t *testing.T, env map[string]string) {
 	)
 	publishWith := func(headers map[string]string) (string, string) {
 		t.Helper()
-		req, _ := http.NewRequest("POST", c.base+"/v1/rooms/"+room+"/messages",
+		req, _ := http.NewRequest(http.MethodPost, c.base+"/v1/rooms/"+room+"/messages",
 			strings.NewReader(`{"eventType":"tick","payload":{"script":"fail,ok"}}`))
 		req.Header.Set("Content-Type", "application/json")
 		for k, v := range headers {

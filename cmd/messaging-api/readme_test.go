@@ -201,7 +201,7 @@ func TestReadmeQuickstart(t *testing.T) {
 	}
 
 	// The README's example of a bad request gives the problem it shows.
-	req, _ := http.NewRequest("POST", base+"/v1/rooms", strings.NewReader(`{"identifier": "bad id", "deliveryDelay": 0}`))
+	req, _ := http.NewRequest(http.MethodPost, base+"/v1/rooms", strings.NewReader(`{"identifier": "bad id", "deliveryDelay": 0}`))
 	req.Header.Set("Authorization", "Bearer "+apiKey)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -147,7 +147,7 @@ type authResolver struct {
 	rooms interface {
 		Room(ctx context.Context, ref string) (rooms.Room, error)
 	}
-	subs  *subscriptions.Service
+	subs *subscriptions.Service
 }
 
 func (r authResolver) Room(ctx context.Context, ref string) (uuid.UUID, string, error) {
