@@ -105,8 +105,11 @@ fuzz: ## run each fuzz target for FUZZTIME (30s); FUZZ_PARALLEL sets the workers
 		$(GO) test ./$${t%%:*} -run '^$$' -fuzz "^$${t##*:}\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10s \
 			$(if $(FUZZ_PARALLEL),-parallel $(FUZZ_PARALLEL)); \
 	done
-fuzz-smoke: ## run each fuzz target for 3s (CI)
-	@$(MAKE) --no-print-directory fuzz FUZZTIME=3s
+# fuzz-smoke counts executions instead of timing them: with a duration, Go
+# before 1.27 can fail a target with "context deadline exceeded" at the end
+# of -fuzztime though nothing failed (golang/go#75804; seen in CI).
+fuzz-smoke: ## run each fuzz target for 10000 executions (CI)
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=10000x
 
 .PHONY: clean
 clean: ## remove build output and local data
