@@ -31,11 +31,15 @@ test: ## run every test; uses PostgreSQL and starts the local ActiveMQ Classic w
 	@if bash scripts/activemq.sh installed; then \
 		bash scripts/activemq.sh start && \
 		export BROKER_TEST_URL="$${BROKER_TEST_URL:-$(LOCAL_BROKER_URL)}" \
-		       BROKER_TEST_RESTART_CMD="$${BROKER_TEST_RESTART_CMD:-bash scripts/activemq.sh restart}"; \
+		       RESTART_CMD="$${BROKER_TEST_RESTART_CMD:-bash scripts/activemq.sh restart}"; \
 	else \
 		echo "ActiveMQ Classic is not installed (bash scripts/activemq.sh install): broker integration tests will skip"; \
 	fi; \
-	$(GO) test -race -count=1 -timeout 20m ./...
+	env -u BROKER_TEST_RESTART_CMD $(GO) test -race -count=1 -timeout 20m ./... && \
+	if [ -n "$${RESTART_CMD:-}" ]; then \
+		echo "== broker restart tests (alone: they restart the broker every other package uses)"; \
+		BROKER_TEST_RESTART_CMD="$$RESTART_CMD" $(GO) test -race -count=1 -timeout 10m -run 'TestStompContract/Restart' ./broker/; \
+	fi
 
 .PHONY: test-short
 test-short: ## unit tests only: no PostgreSQL, no broker
