@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/api/apitest"
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/rooms"
@@ -77,7 +78,7 @@ func FuzzPublishRequest(f *testing.F) {
 			return rec
 		}
 		rec := do()
-		checkStatus(t, rec, http.StatusAccepted, http.StatusBadRequest, http.StatusUnprocessableEntity, http.StatusNotFound)
+		apitest.CheckStatus(t, rec, http.StatusAccepted, http.StatusBadRequest, http.StatusUnprocessableEntity, http.StatusNotFound)
 		if rec.Code != http.StatusAccepted {
 			if len(h.store.events) > 0 {
 				t.Fatalf("answered %d but stored %d events", rec.Code, len(h.store.events))
@@ -128,34 +129,6 @@ func validFieldValue(v string) bool {
 		}
 	}
 	return true
-}
-
-// checkStatus: the answer is one of want; an error is a problem document
-// with that status, and a validation error names its fields.
-func checkStatus(t *testing.T, rec *httptest.ResponseRecorder, want ...int) {
-	t.Helper()
-	ok := false
-	for _, w := range want {
-		ok = ok || rec.Code == w
-	}
-	if !ok {
-		t.Fatalf("status %d (want one of %v): %s", rec.Code, want, rec.Body)
-	}
-	if rec.Code < 400 {
-		return
-	}
-	var p api.Problem
-	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Status != rec.Code {
-		t.Fatalf("problem %q: %v", rec.Body, err)
-	}
-	if rec.Code == http.StatusUnprocessableEntity && len(p.Errors) == 0 {
-		t.Fatalf("422 names no field: %s", rec.Body)
-	}
-	for _, fe := range p.Errors {
-		if fe.Field == "" || fe.Message == "" {
-			t.Fatalf("field error without field or message: %s", rec.Body)
-		}
-	}
 }
 
 type publishHarness struct {

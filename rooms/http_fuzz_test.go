@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/api/apitest"
 	"github.com/roomhub/messaging-api/retry"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/subscriptions"
@@ -52,7 +53,7 @@ func FuzzRoomRequest(f *testing.F) {
 			method, path, want = http.MethodPatch, "/v1/rooms/orders", http.StatusOK
 		}
 		rec := h.do(method, path, body)
-		checkStatus(t, rec, want, http.StatusBadRequest, http.StatusUnprocessableEntity, http.StatusConflict)
+		apitest.CheckStatus(t, rec, want, http.StatusBadRequest, http.StatusUnprocessableEntity, http.StatusConflict)
 		if rec.Code != want {
 			return
 		}
@@ -99,39 +100,6 @@ func checkRoom(t *testing.T, r rooms.Room) {
 		lo, hi := s.Step.Range()
 		if s.Step.Delay < 0 || lo < 0 || hi > time.Duration(rooms.MaxDeliveryDelay)*time.Millisecond || s.SinceMin < 0 {
 			t.Fatalf("room %+v: attempt %d: step %+v, range [%v, %v]", r, s.Attempt, s.Step, lo, hi)
-		}
-	}
-}
-
-// checkStatus: the answer is one of want; an error is a problem document
-// with that status, and a validation error names its fields.
-func checkStatus(t *testing.T, rec *httptest.ResponseRecorder, want ...int) {
-	t.Helper()
-	ok := false
-	for _, w := range want {
-		ok = ok || rec.Code == w
-	}
-	if !ok {
-		t.Fatalf("status %d (want one of %v): %s", rec.Code, want, rec.Body)
-	}
-	if rec.Code < 400 {
-		return
-	}
-	if ct := rec.Header().Get(echo.HeaderContentType); ct != api.ProblemContentType {
-		t.Fatalf("status %d with Content-Type %q", rec.Code, ct)
-	}
-	var p api.Problem
-	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Status != rec.Code {
-		t.Fatalf("problem %q: %v", rec.Body, err)
-	}
-	if rec.Code == http.StatusUnprocessableEntity || (rec.Code == http.StatusBadRequest && len(p.Errors) > 0) {
-		if len(p.Errors) == 0 {
-			t.Fatalf("%d names no field: %s", rec.Code, rec.Body)
-		}
-		for _, fe := range p.Errors {
-			if fe.Field == "" || fe.Message == "" {
-				t.Fatalf("field error without field or message: %s", rec.Body)
-			}
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/api/apitest"
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/retry"
 	"github.com/roomhub/messaging-api/rooms"
@@ -66,7 +67,7 @@ func FuzzSubscriptionRequest(f *testing.F) {
 		req.Header.Set(echo.HeaderContentType, echo.MIMEApplicationJSON)
 		rec := httptest.NewRecorder()
 		h.e.ServeHTTP(rec, req)
-		checkStatus(t, rec, want, http.StatusBadRequest, http.StatusUnprocessableEntity, http.StatusConflict)
+		apitest.CheckStatus(t, rec, want, http.StatusBadRequest, http.StatusUnprocessableEntity, http.StatusConflict)
 		if rec.Code != want {
 			return
 		}
@@ -114,34 +115,6 @@ func checkSubscription(t *testing.T, room rooms.Room, s subscriptions.Subscripti
 		lo, hi := sc.Step.Range()
 		if sc.Step.Delay < 0 || lo < 0 || hi > time.Duration(rooms.MaxDeliveryDelay)*time.Millisecond || sc.SinceMin < 0 {
 			t.Fatalf("subscription %+v: attempt %d: step %+v, range [%v, %v]", s, sc.Attempt, sc.Step, lo, hi)
-		}
-	}
-}
-
-// checkStatus: the answer is one of want; an error is a problem document
-// with that status, and a validation error names its fields.
-func checkStatus(t *testing.T, rec *httptest.ResponseRecorder, want ...int) {
-	t.Helper()
-	ok := false
-	for _, w := range want {
-		ok = ok || rec.Code == w
-	}
-	if !ok {
-		t.Fatalf("status %d (want one of %v): %s", rec.Code, want, rec.Body)
-	}
-	if rec.Code < 400 {
-		return
-	}
-	var p api.Problem
-	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Status != rec.Code {
-		t.Fatalf("problem %q: %v", rec.Body, err)
-	}
-	if rec.Code == http.StatusUnprocessableEntity && len(p.Errors) == 0 {
-		t.Fatalf("422 names no field: %s", rec.Body)
-	}
-	for _, fe := range p.Errors {
-		if fe.Field == "" || fe.Message == "" {
-			t.Fatalf("field error without field or message: %s", rec.Body)
 		}
 	}
 }

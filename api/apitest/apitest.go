@@ -1,0 +1,43 @@
+// Package apitest holds checks that tests of several features' HTTP
+// handlers share.
+package apitest
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"testing"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/roomhub/messaging-api/api"
+)
+
+// CheckStatus fails t unless the answer's status is one of want and, for an
+// error, the body is a problem document with that status whose field errors
+// (required on a 422) each name a field and say what is wrong.
+func CheckStatus(t testing.TB, rec *httptest.ResponseRecorder, want ...int) {
+	t.Helper()
+	if !slices.Contains(want, rec.Code) {
+		t.Fatalf("status %d (want one of %v): %s", rec.Code, want, rec.Body)
+	}
+	if rec.Code < 400 {
+		return
+	}
+	if ct := rec.Header().Get(echo.HeaderContentType); ct != api.ProblemContentType {
+		t.Fatalf("status %d with Content-Type %q", rec.Code, ct)
+	}
+	var p api.Problem
+	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Status != rec.Code {
+		t.Fatalf("problem %q: %v", rec.Body, err)
+	}
+	if rec.Code == http.StatusUnprocessableEntity && len(p.Errors) == 0 {
+		t.Fatalf("422 names no field: %s", rec.Body)
+	}
+	for _, fe := range p.Errors {
+		if fe.Field == "" || fe.Message == "" {
+			t.Fatalf("field error without field or message: %s", rec.Body)
+		}
+	}
+}
