@@ -3,6 +3,7 @@ package metrics
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -80,14 +81,32 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up)
 }
 
-// WatchBroker samples connected every interval until ctx ends: the
-// connection gauge, and a reconnect each time it is seen up after down. A
-// drop and redial within one interval goes unseen; the broker logs each.
+// brokerGauge reads the broker's state when scraped, so the gauge is never
+// a sampling interval behind.
+type brokerGauge struct {
+	desc      *prometheus.Desc
+	connected atomic.Pointer[func() bool]
+}
+
+func (g *brokerGauge) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+
+func (g *brokerGauge) Collect(ch chan<- prometheus.Metric) {
+	v := 0.0
+	if f := g.connected.Load(); f != nil && (*f)() {
+		v = 1
+	}
+	ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v)
+}
+
+// WatchBroker makes broker_connected report connected, and samples it every
+// interval until ctx ends to count a reconnect each time it is seen up after
+// down. A drop and redial within one interval goes uncounted; the broker logs
+// each.
 func (m *Metrics) WatchBroker(ctx context.Context, connected func() bool, every time.Duration) {
+	m.brokerUp.connected.Store(&connected)
 	t := time.NewTicker(every)
 	defer t.Stop()
 	was := connected()
-	m.setBroker(was)
 	for {
 		select {
 		case <-ctx.Done():
@@ -98,15 +117,6 @@ func (m *Metrics) WatchBroker(ctx context.Context, connected func() bool, every 
 		if now && !was {
 			m.reconnects.Inc()
 		}
-		m.setBroker(now)
 		was = now
-	}
-}
-
-func (m *Metrics) setBroker(up bool) {
-	if up {
-		m.brokerUp.Set(1)
-	} else {
-		m.brokerUp.Set(0)
 	}
 }

@@ -43,7 +43,7 @@ type Metrics struct {
 	deferred        *prometheus.CounterVec
 	dispatcherPause prometheus.Gauge
 	relayed         *prometheus.CounterVec
-	brokerUp        prometheus.Gauge
+	brokerUp        *brokerGauge
 	reconnects      prometheus.Counter
 	httpDuration    *prometheus.HistogramVec
 }
@@ -105,10 +105,8 @@ func New(opts Options) *Metrics {
 			Namespace: namespace, Name: "outbox_relayed_total",
 			Help: "Outbox rows the relay handled: sent (broker receipt), failed (released for a later round), expired (before reaching the broker).",
 		}, []string{"result"}),
-		brokerUp: prometheus.NewGauge(prometheus.GaugeOpts{
-			Namespace: namespace, Name: "broker_connected",
-			Help: "1 while the broker is connected (sampled every second).",
-		}),
+		brokerUp: &brokerGauge{desc: prometheus.NewDesc(prometheus.BuildFQName(namespace, "", "broker_connected"),
+			"1 while the broker is connected (read at each scrape).", nil, nil)},
 		reconnects: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: namespace, Name: "broker_reconnects_total",
 			Help: "Times the broker connection came back after being seen down (sampled every second).",
