@@ -171,14 +171,14 @@ func (m *Metrics) Relayed(result string, n int) {
 // Handled implements push.Observer and pull.Observer: one outcome of one copy
 // at attempt; age is the time since publish (used for delivered only).
 func (m *Metrics) Handled(typ, outcome string, attempt int, age time.Duration) {
+	// The outcome counter goes last: whoever sees it has its details too.
+	if outcome != "retried" {
+		m.attempts.WithLabelValues(typ, outcome).Observe(float64(attempt))
+		if outcome == "delivered" && age > 0 {
+			m.latency.WithLabelValues(typ).Observe(age.Seconds())
+		}
+	}
 	m.deliveries.WithLabelValues(typ, outcome).Inc()
-	if outcome == "retried" {
-		return
-	}
-	m.attempts.WithLabelValues(typ, outcome).Observe(float64(attempt))
-	if outcome == "delivered" && age > 0 {
-		m.latency.WithLabelValues(typ).Observe(age.Seconds())
-	}
 }
 
 // RetryScheduled implements push.Observer and pull.Observer.

@@ -210,7 +210,10 @@ func testMetricsAddUp(t *testing.T, env map[string]string) {
 	pushEventually(t, 15*time.Second, "every push message settled", func() bool {
 		m = scrape(t, c.base)
 		final := sum(m, "messaging_deliveries_total", "type", "push") - sum(m, "messaging_deliveries_total", "type", "push", "outcome", "retried")
-		return final == float64(len(scripts)) && sum(m, "messaging_outbox_backlog") == 0
+		// A scrape is not atomic: the last outcome's counter and histogram
+		// may fall on either side of it, so wait for both.
+		return final == float64(len(scripts)) && sum(m, "messaging_delivery_attempts_count", "type", "push") == final &&
+			sum(m, "messaging_outbox_backlog") == 0
 	})
 
 	checks := []struct {
