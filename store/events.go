@@ -11,8 +11,8 @@ import (
 	"github.com/roomhub/messaging-api/publish"
 )
 
-// Events implements publish.Store: events, and the published-messages log
-// that doubles as the outbox.
+// Events implements publish.Store: events, the published-messages log, and
+// the outbox (one narrow row per logged send the broker has not confirmed).
 type Events struct{ db *DB }
 
 var _ publish.Store = (*Events)(nil)
@@ -53,8 +53,6 @@ type sendRow struct {
 	ScheduledDelay   int64
 	CreatedAt        time.Time `gorm:"autoCreateTime:false"`
 	SentAt           *time.Time
-	ClaimedBy        string
-	ClaimedUntil     *time.Time
 	Status           string
 	StatusCode       *int
 	Error            string
@@ -65,6 +63,44 @@ type sendRow struct {
 }
 
 func (sendRow) TableName() string { return "published_messages" }
+
+// outboxRow is a send the relay still owes the broker; claimed_by and
+// claimed_until lease it to one relay (or dispatcher) at a time.
+type outboxRow struct {
+	SendID       uuid.UUID `gorm:"primaryKey"`
+	CreatedAt    time.Time `gorm:"autoCreateTime:false"`
+	ClaimedBy    string
+	ClaimedUntil *time.Time
+}
+
+func (outboxRow) TableName() string { return "outbox" }
+
+// insertSends logs sends within tx and puts the unsent pending ones in the
+// outbox, leased to owner until until when owner is not "".
+func insertSends(tx *gorm.DB, sends []publish.Send, owner string, until time.Time) error {
+	if len(sends) == 0 {
+		return nil
+	}
+	rows := make([]sendRow, len(sends))
+	out := make([]outboxRow, 0, len(sends))
+	for i, sd := range sends {
+		rows[i] = toSendRow(sd)
+		if sd.Status == publish.StatusPending && sd.SentAt.IsZero() {
+			o := outboxRow{SendID: sd.ID, CreatedAt: rows[i].CreatedAt}
+			if owner != "" {
+				o.ClaimedBy, o.ClaimedUntil = owner, timePtr(until)
+			}
+			out = append(out, o)
+		}
+	}
+	if err := tx.CreateInBatches(rows, 500).Error; err != nil {
+		return err
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return tx.CreateInBatches(out, 500).Error
+}
 
 func toEventRow(e publish.Event) eventRow {
 	attrs, _ := json.Marshal(e.Attributes)
@@ -154,14 +190,7 @@ func (s *Events) Publish(ctx context.Context, events []publish.Event, sends []pu
 		if err := tx.CreateInBatches(rows, 500).Error; err != nil {
 			return err
 		}
-		if len(sends) == 0 {
-			return nil
-		}
-		srows := make([]sendRow, len(sends))
-		for i, sd := range sends {
-			srows[i] = toSendRow(sd)
-		}
-		return tx.CreateInBatches(srows, 500).Error
+		return insertSends(tx, sends, "", time.Time{})
 	})
 	return translate(err, nil, publish.ErrDuplicateKey)
 }
@@ -232,9 +261,12 @@ func (s *Events) Sends(ctx context.Context, eventIDs []uuid.UUID) ([]publish.Sen
 	return out, nil
 }
 
-// ClaimPending implements publish.Store. On PostgreSQL, SKIP LOCKED lets
-// relays in several processes claim disjoint rows at once; SQLite has a single
-// writer, so the UPDATE alone is atomic.
+// ClaimPending implements publish.Store: it leases outbox rows in id (that
+// is, creation) order. On PostgreSQL, SKIP LOCKED lets relays in several
+// processes claim disjoint rows at once; SQLite has a single writer, so the
+// UPDATE alone is atomic. A row whose send was settled (the consumer got the
+// copy before its relay recorded the receipt and then died) or purged is
+// dropped rather than sent again.
 func (s *Events) ClaimPending(ctx context.Context, owner string, until time.Time, limit int) ([]publish.Pending, error) {
 	now := time.Now().UTC()
 	lock := ""
@@ -242,28 +274,11 @@ func (s *Events) ClaimPending(ctx context.Context, owner string, until time.Time
 		lock = " FOR UPDATE SKIP LOCKED"
 	}
 	var ids []uuid.UUID
-	claim := func(tx *gorm.DB) error {
-		return tx.Raw(`UPDATE published_messages SET claimed_by = ?, claimed_until = ?
-		WHERE id IN (SELECT id FROM published_messages
-			WHERE sent_at IS NULL AND status = ? AND (claimed_until IS NULL OR claimed_until < ?)
-			ORDER BY id LIMIT ?`+lock+`)
-		RETURNING id`, owner, until.UTC(), string(publish.StatusPending), now, limit).Scan(&ids).Error
-	}
-	var err error
-	if s.db.dialect == Postgres {
-		// The outbox churns faster than autovacuum analyzes it: with stale
-		// statistics the planner takes a bitmap scan and sorts every pending
-		// row (370 ms for 200 of 56k rows, measured) instead of walking the
-		// partial index in id order (40 ms).
-		err = s.tx(ctx).Transaction(func(tx *gorm.DB) error {
-			if err := tx.Exec("SET LOCAL enable_bitmapscan = off").Error; err != nil {
-				return err
-			}
-			return claim(tx)
-		})
-	} else {
-		err = claim(s.tx(ctx))
-	}
+	err := s.tx(ctx).Raw(`UPDATE outbox SET claimed_by = ?, claimed_until = ?
+		WHERE send_id IN (SELECT send_id FROM outbox
+			WHERE claimed_until IS NULL OR claimed_until < ?
+			ORDER BY send_id LIMIT ?`+lock+`)
+		RETURNING send_id`, owner, until.UTC(), now, limit).Scan(&ids).Error
 	if err != nil {
 		return nil, translate(err, nil, nil)
 	}
@@ -287,12 +302,25 @@ func (s *Events) ClaimPending(ctx context.Context, owner string, until time.Time
 		events[r.ID] = r.domain()
 	}
 	out := make([]publish.Pending, 0, len(rows))
+	owed := make(map[uuid.UUID]bool, len(rows))
 	for _, r := range rows {
 		ev, ok := events[r.EventID]
-		if !ok {
-			continue // purged meanwhile: nothing left to send
+		if !ok || r.SentAt != nil || r.Status != string(publish.StatusPending) {
+			continue // purged, or settled: nothing left to send
 		}
+		owed[r.ID] = true
 		out = append(out, publish.Pending{Send: r.domain(), Event: ev})
+	}
+	if len(owed) < len(ids) {
+		var stale []uuid.UUID
+		for _, id := range ids {
+			if !owed[id] {
+				stale = append(stale, id)
+			}
+		}
+		if err := s.tx(ctx).Where("send_id IN ?", stale).Delete(&outboxRow{}).Error; err != nil {
+			return nil, translate(err, nil, nil)
+		}
 	}
 	return out, nil
 }
@@ -300,47 +328,61 @@ func (s *Events) ClaimPending(ctx context.Context, owner string, until time.Time
 var _ publish.Vacuumer = (*Events)(nil)
 
 // VacuumOutbox implements publish.Vacuumer: on PostgreSQL a VACUUM of the
-// log (skipped when another process is vacuuming it); nothing on SQLite.
+// outbox (skipped when another process is vacuuming it; the table holds only
+// pending rows, so it takes milliseconds); nothing on SQLite.
 func (s *Events) VacuumOutbox(ctx context.Context) error {
 	if s.db.dialect != Postgres {
 		return nil
 	}
-	return s.tx(ctx).Exec("VACUUM (ANALYZE, SKIP_LOCKED) published_messages").Error
+	return s.tx(ctx).Exec("VACUUM (ANALYZE, SKIP_LOCKED) outbox").Error
 }
 
-// MarkSent implements publish.Store.
+// MarkSent implements publish.Store: the sends leave the outbox.
 func (s *Events) MarkSent(ctx context.Context, ids []uuid.UUID, at time.Time) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	// The consumer may have settled the copy already (delivered before the
-	// receipt was recorded): keep its outcome, only fill in sent_at.
-	err := s.tx(ctx).Model(&sendRow{}).Where("id IN ?", ids).
-		Updates(map[string]any{
-			"sent_at":       gorm.Expr("COALESCE(sent_at, ?)", at.UTC()),
-			"status":        gorm.Expr("CASE WHEN status = ? THEN ? ELSE status END", string(publish.StatusPending), string(publish.StatusSent)),
-			"claimed_until": nil,
-		}).Error
+	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
+		// The consumer may have settled the copy already (delivered before
+		// the receipt was recorded): keep its outcome, only fill in sent_at.
+		err := tx.Model(&sendRow{}).Where("id IN ?", ids).
+			Updates(map[string]any{
+				"sent_at": gorm.Expr("COALESCE(sent_at, ?)", at.UTC()),
+				"status":  gorm.Expr("CASE WHEN status = ? THEN ? ELSE status END", string(publish.StatusPending), string(publish.StatusSent)),
+			}).Error
+		if err != nil {
+			return err
+		}
+		return tx.Where("send_id IN ?", ids).Delete(&outboxRow{}).Error
+	})
 	return translate(err, nil, nil)
 }
 
-// Release implements publish.Store.
+// Release implements publish.Store: the sends' leases end, so any relay may
+// claim them again.
 func (s *Events) Release(ctx context.Context, ids []uuid.UUID) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	err := s.tx(ctx).Model(&sendRow{}).Where("id IN ? AND sent_at IS NULL", ids).
+	err := s.tx(ctx).Model(&outboxRow{}).Where("send_id IN ?", ids).
 		Updates(map[string]any{"claimed_by": "", "claimed_until": nil}).Error
 	return translate(err, nil, nil)
 }
 
-// Complete implements publish.Store.
+// Complete implements publish.Store: the sends end with status, unsent, and
+// leave the outbox.
 func (s *Events) Complete(ctx context.Context, ids []uuid.UUID, status publish.Status, errText string, at time.Time) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	err := s.tx(ctx).Model(&sendRow{}).Where("id IN ?", ids).
-		Updates(map[string]any{"status": string(status), "error": errText, "completed_at": at.UTC(), "claimed_until": nil}).Error
+	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
+		err := tx.Model(&sendRow{}).Where("id IN ?", ids).
+			Updates(map[string]any{"status": string(status), "error": errText, "completed_at": at.UTC()}).Error
+		if err != nil {
+			return err
+		}
+		return tx.Where("send_id IN ?", ids).Delete(&outboxRow{}).Error
+	})
 	return translate(err, nil, nil)
 }
 
@@ -351,7 +393,7 @@ func (s *Events) PurgeEvents(ctx context.Context, q publish.PurgeQuery) (int, er
 	err := s.tx(ctx).Model(&eventRow{}).Select("id").
 		Where("published_at < ?", q.PublishedBefore.UTC()).
 		Where("published_at < ? OR (expires_at IS NOT NULL AND expires_at < ?)", q.RetainedBefore.UTC(), q.Now.UTC()).
-		Where("(expires_at IS NOT NULL AND expires_at < ?) OR NOT EXISTS (SELECT 1 FROM published_messages p WHERE p.event_id = events.id AND p.sent_at IS NULL AND p.status = ?)",
+		Where("(expires_at IS NOT NULL AND expires_at < ?) OR NOT EXISTS (SELECT 1 FROM published_messages p JOIN outbox o ON o.send_id = p.id WHERE p.event_id = events.id AND p.sent_at IS NULL AND p.status = ?)",
 			q.Now.UTC(), string(publish.StatusPending)).
 		Order("id").Limit(q.Limit).Scan(&ids).Error
 	if err != nil || len(ids) == 0 {

@@ -27,10 +27,11 @@ type migration struct {
 	sql     string
 }
 
-// dialectTypes fills the placeholders of the shared migration files.
+// dialectTypes fills the placeholders of the shared migration files; a line
+// starting with {{postgres}} runs on PostgreSQL only.
 var dialectTypes = map[Dialect]*strings.Replacer{
-	Postgres: strings.NewReplacer("{{uuid}}", "UUID", "{{timestamp}}", "TIMESTAMPTZ"),
-	SQLite:   strings.NewReplacer("{{uuid}}", "TEXT", "{{timestamp}}", "DATETIME"),
+	Postgres: strings.NewReplacer("{{uuid}}", "UUID", "{{timestamp}}", "TIMESTAMPTZ", "{{postgres}}", ""),
+	SQLite:   strings.NewReplacer("{{uuid}}", "TEXT", "{{timestamp}}", "DATETIME", "{{postgres}}", "-- "),
 }
 
 func loadMigrations(d Dialect) ([]migration, error) {
@@ -64,6 +65,12 @@ func loadMigrations(d Dialect) ([]migration, error) {
 // Migrate applies the migrations not yet applied, each in its own transaction,
 // and returns how many it applied.
 func (db *DB) Migrate(ctx context.Context, log *slog.Logger) (int, error) {
+	return db.migrate(ctx, log, 0)
+}
+
+// migrate applies the migrations not yet applied up to version upTo (all
+// when upTo is 0); tests of a migration's data move stop before it.
+func (db *DB) migrate(ctx context.Context, log *slog.Logger, upTo int) (int, error) {
 	migs, err := loadMigrations(db.dialect)
 	if err != nil {
 		return 0, err
@@ -90,7 +97,7 @@ func (db *DB) Migrate(ctx context.Context, log *slog.Logger) (int, error) {
 			have[v] = true
 		}
 		for _, m := range migs {
-			if have[m.version] {
+			if have[m.version] || (upTo > 0 && m.version > upTo) {
 				continue
 			}
 			err := conn.Transaction(func(tx *gorm.DB) error {

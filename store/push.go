@@ -128,7 +128,7 @@ func settleSend(tx *gorm.DB, sendID uuid.UUID, a push.Attempt, dl *push.DeadLett
 	if sendID != uuid.Nil {
 		upd := map[string]any{
 			"status": string(a.Status), "error": a.Error, "response_body": a.Body,
-			"completed_at": a.At.UTC(), "claimed_until": nil, "next_attempt_at": timePtr(a.NextAttemptAt),
+			"completed_at": a.At.UTC(), "next_attempt_at": timePtr(a.NextAttemptAt),
 		}
 		if a.StatusCode != 0 {
 			upd["status_code"] = a.StatusCode
@@ -147,13 +147,7 @@ func settleSend(tx *gorm.DB, sendID uuid.UUID, a push.Attempt, dl *push.DeadLett
 		}
 	}
 	if resend != nil {
-		row := toSendRow(*resend)
-		if owner != "" {
-			row.ClaimedBy, row.ClaimedUntil = owner, timePtr(until)
-		}
-		if err := tx.Create(&row).Error; err != nil {
-			return err
-		}
+		return insertSends(tx, []publish.Send{*resend}, owner, until)
 	}
 	return nil
 }
@@ -222,11 +216,7 @@ func (s *Push) Replay(ctx context.Context, ids []uuid.UUID, events []publish.Eve
 		if err := tx.CreateInBatches(evs, 500).Error; err != nil {
 			return err
 		}
-		rows := make([]sendRow, len(sends))
-		for i, sd := range sends {
-			rows[i] = toSendRow(sd)
-		}
-		return tx.CreateInBatches(rows, 500).Error
+		return insertSends(tx, sends, "", time.Time{})
 	})
 	return translate(err, nil, nil)
 }

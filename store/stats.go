@@ -5,21 +5,19 @@ import (
 	"time"
 
 	"gorm.io/gorm"
-
-	"github.com/roomhub/messaging-api/publish"
 )
 
 // OutboxBacklog counts the sends the outbox still owes the broker and
 // returns the creation time of the oldest (zero when none), for the
-// scrape-time metrics. The partial index on unsent rows keeps it cheap.
+// scrape-time metrics. The outbox holds only those rows, so it is cheap.
 func (s *Events) OutboxBacklog(ctx context.Context) (int, time.Time, error) {
-	pending := s.tx(ctx).Model(&sendRow{}).Where("sent_at IS NULL AND status = ?", string(publish.StatusPending))
+	pending := s.tx(ctx).Model(&outboxRow{})
 	var n int64
 	if err := pending.Session(&gorm.Session{}).Count(&n).Error; err != nil || n == 0 {
 		return int(n), time.Time{}, translate(err, nil, nil)
 	}
 	// MIN(created_at) would come back untyped from SQLite; a row keeps its type.
-	var oldest sendRow
+	var oldest outboxRow
 	if err := pending.Session(&gorm.Session{}).Select("created_at").Order("created_at").Limit(1).Find(&oldest).Error; err != nil {
 		return 0, time.Time{}, translate(err, nil, nil)
 	}

@@ -1,0 +1,280 @@
+package store_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/push"
+	"github.com/roomhub/messaging-api/store"
+	"github.com/roomhub/messaging-api/store/storetest"
+)
+
+// outboxFixture publishes n events with one pending PULL send each (and,
+// when sent is true, one more send already confirmed, which must not enter
+// the outbox).
+func outboxFixture(t *testing.T, ev *store.Events, n int, sent bool) []publish.Send {
+	t.Helper()
+	room := uuid.Must(uuid.NewV7())
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	var events []publish.Event
+	var sends []publish.Send
+	for range n {
+		e := publish.Event{ID: uuid.Must(uuid.NewV7()), RoomID: room, RequestID: room, CorrelationID: "c",
+			EventTypeID: room, EventType: "t", Version: 1, Payload: []byte(`1`), PublishedAt: now, Attributes: map[string]string{}}
+		events = append(events, e)
+		sends = append(sends, publish.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "c",
+			SubscriptionID: room, SubscriptionType: "PULL", Destination: "d", Attempt: 1, CreatedAt: now, Status: publish.StatusPending})
+		if sent {
+			sends = append(sends, publish.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "c",
+				SubscriptionID: room, SubscriptionType: "PULL", Destination: "d", Attempt: 1, CreatedAt: now,
+				Status: publish.StatusSent, SentAt: now})
+		}
+	}
+	if err := ev.Publish(context.Background(), events, sends); err != nil {
+		t.Fatal(err)
+	}
+	var pending []publish.Send
+	for _, s := range sends {
+		if s.Status == publish.StatusPending {
+			pending = append(pending, s)
+		}
+	}
+	return pending
+}
+
+func claimIDs(t *testing.T, ev *store.Events, owner string, lease time.Duration) []uuid.UUID {
+	t.Helper()
+	ps, err := ev.ClaimPending(context.Background(), owner, time.Now().Add(lease), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]uuid.UUID, len(ps))
+	for i, p := range ps {
+		ids[i] = p.ID
+	}
+	return ids
+}
+
+func backlog(t *testing.T, ev *store.Events) int {
+	t.Helper()
+	n, _, err := ev.OutboxBacklog(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestOutboxLifecycle: a pending send is in the outbox from the transaction
+// that logs it until the broker's confirmation (or its expiry) is recorded;
+// a lease hides it from other claims until released or lapsed; a send
+// already settled or purged is dropped, never sent again.
+func TestOutboxLifecycle(t *testing.T) {
+	t.Parallel()
+	for _, d := range storetest.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := storetest.Open(t, d)
+			ev := db.Events()
+			sends := outboxFixture(t, ev, 4, true)
+			if n := backlog(t, ev); n != 4 {
+				t.Fatalf("outbox holds %d rows, want the 4 pending sends (the sent ones stay out)", n)
+			}
+
+			// Claimed in creation order; a second claimer sees nothing.
+			got := claimIDs(t, ev, "a", time.Minute)
+			want := []uuid.UUID{sends[0].ID, sends[1].ID, sends[2].ID, sends[3].ID}
+			if !slices.Equal(got, want) {
+				t.Fatalf("claimed %v, want %v", got, want)
+			}
+			if ids := claimIDs(t, ev, "b", time.Minute); len(ids) != 0 {
+				t.Fatalf("leased rows claimed again: %v", ids)
+			}
+
+			// Sent, expired, released, settled by its consumer.
+			now := time.Now().UTC()
+			if err := ev.MarkSent(ctx, []uuid.UUID{sends[0].ID}, now); err != nil {
+				t.Fatal(err)
+			}
+			if err := ev.Complete(ctx, []uuid.UUID{sends[1].ID}, publish.StatusExpired, "expired", now); err != nil {
+				t.Fatal(err)
+			}
+			// sends[3]'s lease ends too, as if its relay died after the
+			// broker took the copy and before it recorded the receipt.
+			if err := ev.Release(ctx, []uuid.UUID{sends[2].ID, sends[3].ID}); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Push().Settle(ctx, push.Settlement{SendID: sends[3].ID,
+				Attempt: push.Attempt{Status: publish.StatusDelivered, StatusCode: 200, At: now}}); err != nil {
+				t.Fatal(err)
+			}
+			if n := backlog(t, ev); n != 2 {
+				t.Errorf("outbox holds %d rows after a send and an expiry, want 2", n)
+			}
+			// The settled send is dropped, not returned.
+			if ids := claimIDs(t, ev, "b", -time.Second); !slices.Equal(ids, []uuid.UUID{sends[2].ID}) {
+				t.Errorf("after release claimed %v, want only the released %v", ids, sends[2].ID)
+			}
+			// A lapsed lease: claimable again.
+			if ids := claimIDs(t, ev, "c", time.Minute); !slices.Equal(ids, []uuid.UUID{sends[2].ID}) {
+				t.Errorf("after the lease lapsed claimed %v, want %v", ids, sends[2].ID)
+			}
+			if n := backlog(t, ev); n != 1 {
+				t.Errorf("outbox holds %d rows, want 1 (the settled send's row dropped)", n)
+			}
+			log, err := ev.Sends(ctx, []uuid.UUID{sends[0].EventID, sends[1].EventID, sends[3].EventID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			status := map[uuid.UUID]publish.Status{}
+			for _, s := range log {
+				status[s.ID] = s.Status
+			}
+			for id, w := range map[uuid.UUID]publish.Status{sends[0].ID: publish.StatusSent, sends[1].ID: publish.StatusExpired, sends[3].ID: publish.StatusDelivered} {
+				if status[id] != w {
+					t.Errorf("send %s logged %q, want %q", id, status[id], w)
+				}
+			}
+		})
+	}
+}
+
+// TestOutboxResendLease: a dispatcher's resend enters the outbox leased to
+// the dispatcher, so the relay sends it only if the dispatcher does not.
+func TestOutboxResendLease(t *testing.T) {
+	t.Parallel()
+	for _, d := range storetest.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := storetest.Open(t, d)
+			ev := db.Events()
+			sends := outboxFixture(t, ev, 1, false)
+			if err := ev.MarkSent(ctx, []uuid.UUID{sends[0].ID}, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			resend := sends[0]
+			resend.ID, resend.Attempt, resend.ScheduledDelay = uuid.Must(uuid.NewV7()), 2, time.Second
+			if err := db.Push().Settle(ctx, push.Settlement{SendID: sends[0].ID,
+				Attempt: push.Attempt{Status: publish.StatusFailed, StatusCode: 503, At: time.Now()},
+				Resend:  &resend, Owner: "dispatcher", Until: time.Now().Add(time.Minute)}); err != nil {
+				t.Fatal(err)
+			}
+			if n := backlog(t, ev); n != 1 {
+				t.Fatalf("outbox holds %d rows, want the resend", n)
+			}
+			if ids := claimIDs(t, ev, "relay", time.Minute); len(ids) != 0 {
+				t.Fatalf("the relay claimed the dispatcher's resend: %v", ids)
+			}
+			if err := db.Push().Release(ctx, []uuid.UUID{resend.ID}); err != nil {
+				t.Fatal(err)
+			}
+			if ids := claimIDs(t, ev, "relay", time.Minute); !slices.Equal(ids, []uuid.UUID{resend.ID}) {
+				t.Fatalf("after the dispatcher released it the relay claimed %v, want %v", ids, resend.ID)
+			}
+			if err := ev.MarkSent(ctx, []uuid.UUID{resend.ID}, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			if n := backlog(t, ev); n != 0 {
+				t.Errorf("outbox holds %d rows, want none", n)
+			}
+		})
+	}
+}
+
+// TestOutboxPurge: purging an expired event takes its outbox rows with it.
+func TestOutboxPurge(t *testing.T) {
+	t.Parallel()
+	for _, d := range storetest.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			ev := storetest.Open(t, d).Events()
+			now := time.Now().UTC()
+			room := uuid.Must(uuid.NewV7())
+			e := publish.Event{ID: uuid.Must(uuid.NewV7()), RoomID: room, RequestID: room, CorrelationID: "c",
+				EventTypeID: room, EventType: "t", Version: 1, Payload: []byte(`1`), PublishedAt: now.Add(-48 * time.Hour),
+				ExpiresAt: now.Add(-time.Hour), Attributes: map[string]string{}}
+			s := publish.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "c",
+				SubscriptionID: room, SubscriptionType: "PULL", Destination: "d", Attempt: 1, CreatedAt: e.PublishedAt, Status: publish.StatusPending}
+			if err := ev.Publish(ctx, []publish.Event{e}, []publish.Send{s}); err != nil {
+				t.Fatal(err)
+			}
+			n, err := ev.PurgeEvents(ctx, publish.PurgeQuery{PublishedBefore: now.Add(-24 * time.Hour),
+				RetainedBefore: now.Add(-7 * 24 * time.Hour), Now: now, Limit: 10})
+			if err != nil || n != 1 {
+				t.Fatalf("purged %d, %v; want 1", n, err)
+			}
+			if n := backlog(t, ev); n != 0 {
+				t.Errorf("outbox holds %d rows of a purged event", n)
+			}
+		})
+	}
+}
+
+// TestOutboxMigration: sends an older version left unsent move into the
+// outbox with their leases on upgrade; nothing accepted is lost.
+func TestOutboxMigration(t *testing.T) {
+	t.Parallel()
+	for _, d := range storetest.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			log := slog.New(slog.NewTextHandler(io.Discard, nil))
+			url := "sqlite::memory:"
+			if d == store.Postgres {
+				url = storetest.PostgresSchemaURL(t)
+			}
+			db, err := store.Open(ctx, url, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = db.Close() })
+			if _, err := db.MigrateTo(ctx, log, 7); err != nil {
+				t.Fatal(err)
+			}
+			ev := uuid.Must(uuid.NewV7())
+			now := time.Now().UTC().Truncate(time.Second)
+			if err := db.Exec(ctx, `INSERT INTO events (id, room_id, request_id, correlation_id, event_type_id, event_type,
+				version, payload, destinations, published_at) VALUES (?, ?, ?, 'c', ?, 't', 1, '1', 3, ?)`, ev, ev, ev, ev, now); err != nil {
+				t.Fatal(err)
+			}
+			ids := []uuid.UUID{uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7()), uuid.Must(uuid.NewV7())}
+			rows := []struct {
+				sent    bool
+				status  string
+				claimed bool
+			}{{false, "pending", false}, {false, "pending", true}, {true, "sent", false}}
+			for i, r := range rows {
+				var sentAt, until any
+				if r.sent {
+					sentAt = now
+				}
+				if r.claimed {
+					until = now.Add(time.Hour)
+				}
+				if err := db.Exec(ctx, `INSERT INTO published_messages (id, event_id, room_id, correlation_id, subscription_id,
+					subscription_type, destination, attempt, created_at, sent_at, claimed_by, claimed_until, status)
+					VALUES (?, ?, ?, 'c', ?, 'PULL', 'd', 1, ?, ?, 'old', ?, ?)`, ids[i], ev, ev, ev, now, sentAt, until, r.status); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n, err := db.Migrate(ctx, log); err != nil || n == 0 {
+				t.Fatalf("migrate: %d, %v", n, err)
+			}
+			if n := backlog(t, db.Events()); n != 2 {
+				t.Errorf("outbox holds %d rows after the upgrade, want the 2 unsent", n)
+			}
+			if got := claimIDs(t, db.Events(), "new", time.Minute); !slices.Equal(got, ids[:1]) {
+				t.Errorf("claimed %v, want %v (the other keeps its lease)", got, ids[:1])
+			}
+		})
+	}
+}
