@@ -40,8 +40,16 @@ type Sender interface {
 type RelayConfig struct {
 	// Batch is how many pending sends one round claims.
 	Batch int
-	// Concurrency is how many broker sends are in flight at once.
+	// Concurrency is how many broker sends are in flight at once (over all
+	// rounds).
 	Concurrency int
+	// Rounds is how many rounds run at once. A round waits for its slowest
+	// receipt; with more than one, a publish arriving mid-round can go out
+	// in another round at once instead of after it. On the 2-core benchmark
+	// machine, where CPU and not the receipt is the limit, 1 gave the lowest
+	// latency (p99 84 ms at 300 events/s; 95 ms with 2, 374 ms with 4), so
+	// it is the default; a remote broker with slower receipts may gain.
+	Rounds int
 	// Poll is how often the relay looks for pending sends it was not told about
 	// (left by a crashed process, or by a broker outage).
 	Poll time.Duration
@@ -52,7 +60,7 @@ type RelayConfig struct {
 }
 
 // DefaultRelayConfig suits one API process.
-var DefaultRelayConfig = RelayConfig{Batch: 200, Concurrency: 32, Poll: time.Second, Lease: 30 * time.Second, SendTimeout: 10 * time.Second}
+var DefaultRelayConfig = RelayConfig{Batch: 200, Concurrency: 32, Rounds: 1, Poll: time.Second, Lease: 30 * time.Second, SendTimeout: 10 * time.Second}
 
 // Relay sends the outbox's pending rows to the broker and marks each sent after
 // the broker's receipt. It runs in every API process; the store's claim keeps
@@ -66,6 +74,7 @@ type Relay struct {
 	now    func() time.Time
 	logger *slog.Logger
 	wake   chan struct{}
+	sem    chan struct{} // a slot per broker send in flight, shared by the rounds
 	obs    RelayObserver
 
 	mu        sync.Mutex
@@ -132,6 +141,7 @@ func NewRelay(store Store, b Sender, cfg RelayConfig, now func() time.Time, logg
 		store: store, broker: b, cfg: cfg, now: now, logger: logger,
 		owner: "relay-" + uuid.NewString(),
 		wake:  make(chan struct{}, 1),
+		sem:   make(chan struct{}, max(1, cfg.Concurrency)),
 		obs:   nopObserver{},
 	}
 }
@@ -157,8 +167,18 @@ func (r *Relay) Healthy() error {
 	return r.lastError
 }
 
-// Run relays until ctx is done.
+// Run relays until ctx is done: cfg.Rounds rounds at once, each claiming
+// rows the others have not (a claim is a lease). Notify wakes one idle round.
 func (r *Relay) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for range max(1, r.cfg.Rounds) {
+		wg.Go(func() { r.loop(ctx) })
+	}
+	wg.Wait()
+}
+
+// loop runs rounds one after another until ctx is done.
+func (r *Relay) loop(ctx context.Context) {
 	backoff := 100 * time.Millisecond
 	for {
 		n, err := r.relayOnce(ctx)
@@ -196,10 +216,12 @@ func (r *Relay) Run(ctx context.Context) {
 // relayOnce claims a batch, sends it and records the outcome. It returns how
 // many rows it claimed; an error means some could not be sent.
 func (r *Relay) relayOnce(ctx context.Context) (int, error) {
+	start := time.Now()
 	pending, err := r.store.ClaimPending(ctx, r.owner, r.now().Add(r.cfg.Lease), r.cfg.Batch)
 	if err != nil || len(pending) == 0 {
 		return 0, err
 	}
+	claimed := time.Now()
 	now := r.now()
 	var (
 		mu                    sync.Mutex
@@ -207,7 +229,7 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 		expiredCorrelation    []string
 		firstErr              error
 		wg                    sync.WaitGroup
-		sem                   = make(chan struct{}, max(1, r.cfg.Concurrency))
+		sem                   = r.sem
 	)
 	for _, p := range pending {
 		if !p.Event.ExpiresAt.IsZero() && !now.Before(p.Event.ExpiresAt) {
@@ -243,6 +265,7 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 		}()
 	}
 	wg.Wait()
+	sentAll := time.Now()
 	// Record outcomes with a context that outlives a shutdown signal: a send
 	// the broker confirmed should be marked, or it is sent again on restart.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
@@ -260,6 +283,10 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 	r.obs.Relayed("failed", len(failed))
 	r.obs.Relayed("expired", len(expired))
 	r.maybeVacuum(ctx, len(sent)+len(expired))
+	if r.logger.Enabled(ctx, slog.LevelDebug) {
+		r.logger.DebugContext(ctx, "outbox relay round", slog.Int("claimed", len(pending)), slog.Int("sent", len(sent)),
+			slog.Duration("claim", claimed.Sub(start)), slog.Duration("send", sentAll.Sub(claimed)), slog.Duration("record", time.Since(sentAll)))
+	}
 	for i, id := range expired {
 		r.logger.InfoContext(ctx, "send expired before it reached the broker", slog.String("send_id", id.String()),
 			slog.String("correlation_id", expiredCorrelation[i]))

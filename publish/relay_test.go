@@ -238,3 +238,51 @@ func TestRelayVacuumsTheOutbox(t *testing.T) {
 		t.Errorf("a refused vacuum was tried %d times", f.calls.Load())
 	}
 }
+
+// stallSink holds the send of one message until released; the rest go at once.
+type stallSink struct {
+	sink
+	stall   uuid.UUID
+	release chan struct{}
+}
+
+func (s *stallSink) Send(ctx context.Context, m broker.Message) error {
+	if m.Headers[HeaderSendID] == s.stall.String() {
+		<-s.release
+	}
+	return s.sink.Send(ctx, m)
+}
+
+// TestRelayRoundsOverlap: a publish arriving while a round waits for a slow
+// receipt is sent by another round at once, not after the slow one; with
+// Rounds 1 it waits.
+func TestRelayRoundsOverlap(t *testing.T) {
+	t.Parallel()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	for _, rounds := range []int{4, 1} {
+		o := newOutbox()
+		slow := o.add(time.Time{})
+		b := &stallSink{sink: sink{got: map[string]int{}}, stall: slow, release: make(chan struct{})}
+		cfg := RelayConfig{Batch: 50, Concurrency: 8, Rounds: rounds, Poll: time.Hour, Lease: time.Minute, SendTimeout: time.Minute}
+		r := NewRelay(o, b, cfg, time.Now, logger)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { r.Run(ctx); close(done) }()
+		waitFor(t, "the slow send to start", func() bool { return b.tries.Load() == 0 && o.claims.Load() > 0 })
+		fast := o.add(time.Time{})
+		r.Notify()
+		sent := func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.got[fast.String()] == 1 }
+		if rounds > 1 {
+			waitFor(t, "the second publish to be sent beside the stalled round", sent)
+		} else {
+			time.Sleep(100 * time.Millisecond)
+			if sent() {
+				t.Errorf("Rounds 1: the second publish was sent while the only round waited")
+			}
+		}
+		close(b.release)
+		waitFor(t, "both sent", func() bool { return o.count(StatusSent) == 2 })
+		cancel()
+		<-done
+	}
+}

@@ -342,20 +342,35 @@ func (s *Events) MarkSent(ctx context.Context, ids []uuid.UUID, at time.Time) er
 	if len(ids) == 0 {
 		return nil
 	}
-	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
-		// The consumer may have settled the copy already (delivered before
-		// the receipt was recorded): keep its outcome, only fill in sent_at.
-		err := tx.Model(&sendRow{}).Where("id IN ?", ids).
-			Updates(map[string]any{
-				"sent_at": gorm.Expr("COALESCE(sent_at, ?)", at.UTC()),
-				"status":  gorm.Expr("CASE WHEN status = ? THEN ? ELSE status END", string(publish.StatusPending), string(publish.StatusSent)),
-			}).Error
-		if err != nil {
-			return err
-		}
-		return tx.Where("send_id IN ?", ids).Delete(&outboxRow{}).Error
+	err := retryConflicts(ctx, func() error {
+		return s.tx(ctx).Transaction(func(tx *gorm.DB) error {
+			// The consumer may have settled the copy already (delivered
+			// before the receipt was recorded): keep its outcome, only fill
+			// in sent_at.
+			err := s.sendsInOrder(tx, ids).
+				Updates(map[string]any{
+					"sent_at": gorm.Expr("COALESCE(sent_at, ?)", at.UTC()),
+					"status":  gorm.Expr("CASE WHEN status = ? THEN ? ELSE status END", string(publish.StatusPending), string(publish.StatusSent)),
+				}).Error
+			if err != nil {
+				return err
+			}
+			return tx.Where("send_id IN ?", ids).Delete(&outboxRow{}).Error
+		})
 	})
 	return translate(err, nil, nil)
+}
+
+// sendsInOrder selects the log rows ids for an update that locks them in id
+// order on PostgreSQL. The push dispatcher records a copy's outcome while
+// the relay records the same copies sent (the consumer can be faster than
+// the receipt); both locking in id order, they cannot deadlock. (They did:
+// a deadlock costs deadlock_timeout, 1 s, and failed the relay's round.)
+func (s *Events) sendsInOrder(tx *gorm.DB, ids []uuid.UUID) *gorm.DB {
+	if s.db.dialect != Postgres {
+		return tx.Model(&sendRow{}).Where("id IN ?", ids)
+	}
+	return tx.Model(&sendRow{}).Where("id IN (SELECT id FROM published_messages WHERE id IN ? ORDER BY id FOR NO KEY UPDATE)", ids)
 }
 
 // Release implements publish.Store: the sends' leases end, so any relay may
@@ -364,8 +379,10 @@ func (s *Events) Release(ctx context.Context, ids []uuid.UUID) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	err := s.tx(ctx).Model(&outboxRow{}).Where("send_id IN ?", ids).
-		Updates(map[string]any{"claimed_by": "", "claimed_until": nil}).Error
+	err := retryConflicts(ctx, func() error {
+		return s.tx(ctx).Model(&outboxRow{}).Where("send_id IN ?", ids).
+			Updates(map[string]any{"claimed_by": "", "claimed_until": nil}).Error
+	})
 	return translate(err, nil, nil)
 }
 
@@ -375,13 +392,15 @@ func (s *Events) Complete(ctx context.Context, ids []uuid.UUID, status publish.S
 	if len(ids) == 0 {
 		return nil
 	}
-	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
-		err := tx.Model(&sendRow{}).Where("id IN ?", ids).
-			Updates(map[string]any{"status": string(status), "error": errText, "completed_at": at.UTC()}).Error
-		if err != nil {
-			return err
-		}
-		return tx.Where("send_id IN ?", ids).Delete(&outboxRow{}).Error
+	err := retryConflicts(ctx, func() error {
+		return s.tx(ctx).Transaction(func(tx *gorm.DB) error {
+			err := s.sendsInOrder(tx, ids).
+				Updates(map[string]any{"status": string(status), "error": errText, "completed_at": at.UTC()}).Error
+			if err != nil {
+				return err
+			}
+			return tx.Where("send_id IN ?", ids).Delete(&outboxRow{}).Error
+		})
 	})
 	return translate(err, nil, nil)
 }

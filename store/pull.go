@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -86,6 +87,8 @@ func (s *Leases) AddLeases(ctx context.Context, leases []pull.Lease, expired []p
 				return err
 			}
 		}
+		expired = slices.Clone(expired)
+		slices.SortStableFunc(expired, func(a, b pull.Settlement) int { return bySendID(a.SendID, b.SendID) })
 		for _, st := range expired {
 			if err := settleSend(tx, st.SendID, st.Attempt, st.DeadLetter, st.Resend, "", time.Time{}); err != nil {
 				return err
@@ -124,6 +127,8 @@ func (s *Leases) SettleLeases(ctx context.Context, sel pull.Selector, decide fun
 		if err != nil {
 			return err
 		}
+		settlements = slices.Clone(settlements) // lock the log rows in id order (see bySendID)
+		slices.SortStableFunc(settlements, func(a, b pull.Settlement) int { return bySendID(a.SendID, b.SendID) })
 		for _, st := range settlements {
 			if err := settleSend(tx, st.SendID, st.Attempt, st.DeadLetter, st.Resend, "", time.Time{}); err != nil {
 				return err

@@ -1,8 +1,10 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -100,24 +102,36 @@ func (s *Push) Settle(ctx context.Context, st push.Settlement) error {
 	if st.DeadLetter == nil && st.Resend == nil { // one UPDATE: no transaction needed
 		return translate(settleSend(s.tx(ctx), st.SendID, st.Attempt, nil, nil, "", time.Time{}), nil, nil)
 	}
-	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
-		return settleSend(tx, st.SendID, st.Attempt, st.DeadLetter, st.Resend, st.Owner, st.Until)
+	err := retryConflicts(ctx, func() error {
+		return s.tx(ctx).Transaction(func(tx *gorm.DB) error {
+			return settleSend(tx, st.SendID, st.Attempt, st.DeadLetter, st.Resend, st.Owner, st.Until)
+		})
 	})
 	return translate(err, nil, nil)
 }
 
-// SettleAll implements push.BatchLog: every outcome in one transaction.
+// SettleAll implements push.BatchLog: every outcome in one transaction,
+// applied in send id order (see bySendID).
 func (s *Push) SettleAll(ctx context.Context, ss []push.Settlement) error {
-	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
-		for _, st := range ss {
-			if err := settleSend(tx, st.SendID, st.Attempt, st.DeadLetter, st.Resend, st.Owner, st.Until); err != nil {
-				return err
+	ss = slices.Clone(ss)
+	slices.SortStableFunc(ss, func(a, b push.Settlement) int { return bySendID(a.SendID, b.SendID) })
+	err := retryConflicts(ctx, func() error {
+		return s.tx(ctx).Transaction(func(tx *gorm.DB) error {
+			for _, st := range ss {
+				if err := settleSend(tx, st.SendID, st.Attempt, st.DeadLetter, st.Resend, st.Owner, st.Until); err != nil {
+					return err
+				}
 			}
-		}
-		return nil
+			return nil
+		})
 	})
 	return translate(err, nil, nil)
 }
+
+// bySendID orders settlements for a transaction that updates several log
+// rows: every writer that locks more than one row locks them in id order
+// (Events.sendsInOrder), so two such transactions cannot deadlock.
+func bySendID(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) }
 
 var _ push.BatchLog = (*Push)(nil)
 

@@ -164,6 +164,35 @@ func translate(err, notFound, conflict error) error {
 	return err
 }
 
+// conflicted reports whether PostgreSQL aborted a transaction to break a
+// deadlock (40P01) or a serialization conflict (40001): running it again
+// succeeds.
+func conflicted(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == "40P01" || pgErr.Code == "40001")
+}
+
+// conflictRetries is how often retryConflicts runs a transaction again (a
+// variable so that a test can see the conflicts it would hide).
+var conflictRetries = 3
+
+// retryConflicts runs fn again, up to conflictRetries times, when it failed on a
+// deadlock or a serialization conflict. Writes lock rows in id order so that
+// the service's own writes do not deadlock; this covers what they cannot
+// order (an operator's statement, a foreign-key check).
+func retryConflicts(ctx context.Context, fn func() error) error {
+	err := fn()
+	for i := 1; i <= conflictRetries && conflicted(err); i++ {
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(i) * 5 * time.Millisecond):
+		}
+		err = fn()
+	}
+	return err
+}
+
 func unavailable(err error) bool {
 	var netErr net.Error
 	var connErr *pgconn.ConnectError

@@ -41,6 +41,7 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -75,6 +76,7 @@ type config struct {
 	pullers     int
 	retries     int
 	retryDelays []time.Duration
+	fixedRates  []float64 // extra latency runs at these offered rates
 	pushTimeout time.Duration
 	hangShare   float64
 	serviceBin  string
@@ -101,6 +103,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.messages, "messages", 5000, "messages preloaded for the push, end-to-end, isolation and pull phases")
 	fs.IntVar(&cfg.pullers, "pullers", 4, "concurrent pull+ack clients")
 	fs.IntVar(&cfg.retries, "retries", 20, "retried events per scheduled delay")
+	rates := fs.String("latency-rates", "", "extra latency runs at these fixed offered rates, events/s (comma-separated; to compare builds at equal load)")
 	delays := fs.String("retry-delays", "1s,2s,3s,4s,5s", "scheduled retry delays measured (comma-separated)")
 	fs.DurationVar(&cfg.pushTimeout, "push-timeout", 5*time.Second, "PUSH_TIMEOUT of the service: how long the hanging endpoint holds a delivery")
 	fs.Float64Var(&cfg.hangShare, "hang-share", 0.1, "isolation: events for the hanging endpoint per event for the fast one")
@@ -125,6 +128,16 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 			return cfg, fmt.Errorf("-retry-delays: %q is not a duration of at least 1ms", s)
 		}
 		cfg.retryDelays = append(cfg.retryDelays, d)
+	}
+	for _, s := range strings.Split(*rates, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		r, err := strconv.ParseFloat(s, 64)
+		if err != nil || r < 1 || r > 1e6 {
+			return cfg, fmt.Errorf("-latency-rates: %q is not a rate between 1 and 1000000 events/s", s)
+		}
+		cfg.fixedRates = append(cfg.fixedRates, r)
 	}
 	if *only != "" {
 		cfg.phases = map[string]bool{}

@@ -350,21 +350,27 @@ func (b *bench) preloadPush(ctx context.Context, name, room string, total int, s
 	return d, roomID, err
 }
 
-// latencyPhase measures publish → push latency at two fixed offered rates:
-// half the push maximum (the dispatcher's capacity), and half the
-// end-to-end maximum (what the serve process sustains with publishing and
-// relaying in it too).
+// latencyPhase measures publish → push latency at fixed offered rates: any
+// given with -latency-rates, half the end-to-end maximum (what the serve
+// process sustains with publishing and relaying in it too), and half the push
+// maximum (the dispatcher's capacity; on a small machine more than the serve
+// process sustains, so it runs last, not to leave a backlog to the others).
 func (b *bench) latencyPhase(ctx context.Context, _ baselineResult) error {
 	if b.pushRate <= 0 || b.flowRate <= 0 {
 		return fmt.Errorf("needs the push and end-to-end maximum phases first")
 	}
-	runs := []struct {
+	type run struct {
 		key, what string
 		rate      float64
-	}{
-		{"e2e", "½ push maximum", b.pushRate / 2},
-		{"e2e_half_flow", "½ end-to-end maximum", b.flowRate / 2},
 	}
+	var runs []run
+	for _, r := range b.cfg.fixedRates {
+		runs = append(runs, run{fmt.Sprintf("e2e_fixed_%.0f", r), "fixed", r})
+	}
+	runs = append(runs,
+		run{"e2e_half_flow", "½ end-to-end maximum", b.flowRate / 2},
+		run{"e2e", "½ push maximum", b.pushRate / 2},
+	)
 	for _, r := range runs {
 		if err := b.latencyRun(ctx, r.key, r.what, r.rate); err != nil {
 			return err

@@ -92,10 +92,12 @@ func (b *bench) startService(ctx context.Context, name, command string, pushQueu
 		"PUSH_ALLOWED_CIDRS=127.0.0.0/8,::1/128",
 		// Authorization is measured in the API tests, not here.
 		"AUTH_DISABLED=true",
-		"LOG_LEVEL=warn",
 		"LOG_FORMAT=text",
 		"MIGRATE_ON_START=true",
 	)
+	if os.Getenv("LOG_LEVEL") == "" { // LOG_LEVEL=debug shows the relay's rounds (with -keep)
+		cmd.Env = append(cmd.Env, "LOG_LEVEL=warn")
+	}
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// The service must not outlive the benchmark, even when it is killed.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
