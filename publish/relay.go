@@ -3,6 +3,7 @@ package publish
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -78,7 +79,7 @@ type Relay struct {
 	obs    RelayObserver
 
 	mu        sync.Mutex
-	lastError error
+	lastError []error // per round loop: the outcome of its last round
 
 	// Outbox vacuuming (see Vacuumer).
 	vacMu      sync.Mutex
@@ -164,26 +165,36 @@ func (r *Relay) Notify() {
 func (r *Relay) Healthy() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.lastError
+	for _, err := range r.lastError {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Run relays until ctx is done: cfg.Rounds rounds at once, each claiming
 // rows the others have not (a claim is a lease). Notify wakes one idle round.
 func (r *Relay) Run(ctx context.Context) {
+	n := max(1, r.cfg.Rounds)
+	r.mu.Lock()
+	r.lastError = make([]error, n)
+	r.mu.Unlock()
 	var wg sync.WaitGroup
-	for range max(1, r.cfg.Rounds) {
-		wg.Go(func() { r.loop(ctx) })
+	for i := range n {
+		wg.Go(func() { r.loop(ctx, i) })
 	}
 	wg.Wait()
 }
 
-// loop runs rounds one after another until ctx is done.
-func (r *Relay) loop(ctx context.Context) {
+// loop runs rounds one after another until ctx is done; i is its slot in
+// lastError.
+func (r *Relay) loop(ctx context.Context, i int) {
 	backoff := 100 * time.Millisecond
 	for {
 		n, err := r.relayOnce(ctx)
 		r.mu.Lock()
-		r.lastError = err
+		r.lastError[i] = err
 		r.mu.Unlock()
 		wait, wake := r.cfg.Poll, r.wake
 		switch {
@@ -217,7 +228,8 @@ func (r *Relay) loop(ctx context.Context) {
 // many rows it claimed; an error means some could not be sent.
 func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 	start := time.Now()
-	pending, err := r.store.ClaimPending(ctx, r.owner, r.now().Add(r.cfg.Lease), r.cfg.Batch)
+	leaseEnd := r.now().Add(r.cfg.Lease)
+	pending, err := r.store.ClaimPending(ctx, r.owner, leaseEnd, r.cfg.Batch)
 	if err != nil || len(pending) == 0 {
 		return 0, err
 	}
@@ -228,6 +240,7 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 		sent, failed, expired []uuid.UUID
 		expiredCorrelation    []string
 		firstErr              error
+		lapsing               int // not sent: the lease would lapse first
 		wg                    sync.WaitGroup
 		sem                   = r.sem
 	)
@@ -237,8 +250,18 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 			expiredCorrelation = append(expiredCorrelation, p.CorrelationID)
 			continue
 		}
-		wg.Add(1)
 		sem <- struct{}{}
+		if r.now().Add(r.cfg.SendTimeout).After(leaseEnd) {
+			// The broker is so slow that this send could outlive the lease,
+			// and another relay may then claim and send the row too: leave
+			// it leased, for whoever claims it after the lease.
+			<-sem
+			mu.Lock()
+			lapsing++
+			mu.Unlock()
+			continue
+		}
+		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
@@ -290,6 +313,9 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 	for i, id := range expired {
 		r.logger.InfoContext(ctx, "send expired before it reached the broker", slog.String("send_id", id.String()),
 			slog.String("correlation_id", expiredCorrelation[i]))
+	}
+	if lapsing > 0 && firstErr == nil {
+		firstErr = fmt.Errorf("%d sends left for a later claim: the broker is too slow to send them within their %s lease", lapsing, r.cfg.Lease)
 	}
 	return len(pending), firstErr
 }

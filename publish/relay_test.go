@@ -263,7 +263,7 @@ func TestRelayRoundsOverlap(t *testing.T) {
 		o := newOutbox()
 		slow := o.add(time.Time{})
 		b := &stallSink{sink: sink{got: map[string]int{}}, stall: slow, release: make(chan struct{})}
-		cfg := RelayConfig{Batch: 50, Concurrency: 8, Rounds: rounds, Poll: time.Hour, Lease: time.Minute, SendTimeout: time.Minute}
+		cfg := RelayConfig{Batch: 50, Concurrency: 8, Rounds: rounds, Poll: time.Hour, Lease: 2 * time.Minute, SendTimeout: time.Minute}
 		r := NewRelay(o, b, cfg, time.Now, logger)
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
@@ -284,5 +284,38 @@ func TestRelayRoundsOverlap(t *testing.T) {
 		waitFor(t, "both sent", func() bool { return o.count(StatusSent) == 2 })
 		cancel()
 		<-done
+	}
+}
+
+// TestRelayLeavesRowsItCannotSendInTime: a round whose sends queue behind a
+// slow broker for longer than the lease leaves the rest leased (another
+// relay may claim them once it lapses) instead of sending them late, and
+// reports the round failed.
+func TestRelayLeavesRowsItCannotSendInTime(t *testing.T) {
+	t.Parallel()
+	o := newOutbox()
+	first := o.add(time.Time{})
+	second := o.add(time.Time{})
+	b := &stallSink{sink: sink{got: map[string]int{}}, stall: first, release: make(chan struct{})}
+	// One send at a time; the lease outlasts a send by 150 ms.
+	cfg := RelayConfig{Batch: 50, Concurrency: 1, Rounds: 1, Poll: time.Hour, Lease: 200 * time.Millisecond, SendTimeout: 50 * time.Millisecond}
+	r := NewRelay(o, b, cfg, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	done := make(chan struct{})
+	var n int
+	var err error
+	go func() { n, err = r.relayOnce(context.Background()); close(done) }()
+	time.Sleep(300 * time.Millisecond) // the first send holds the only slot past the lease
+	close(b.release)
+	<-done
+	if n != 2 || err == nil {
+		t.Errorf("round: %d claimed, error %v; want 2 and an error", n, err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.got[first.String()] != 1 || b.got[second.String()] != 0 {
+		t.Errorf("sent %v; want only the first (the second's lease would lapse)", b.got)
+	}
+	if o.count(StatusSent) != 1 {
+		t.Errorf("%d marked sent, want 1", o.count(StatusSent))
 	}
 }

@@ -130,7 +130,7 @@ func (s *Push) SettleAll(ctx context.Context, ss []push.Settlement) error {
 
 // bySendID orders settlements for a transaction that updates several log
 // rows: every writer that locks more than one row locks them in id order
-// (Events.sendsInOrder), so two such transactions cannot deadlock.
+// (Events.recordAndRemove), so two such transactions cannot deadlock.
 func bySendID(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) }
 
 var _ push.BatchLog = (*Push)(nil)

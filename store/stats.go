@@ -16,9 +16,11 @@ func (s *Events) OutboxBacklog(ctx context.Context) (int, time.Time, error) {
 	if err := pending.Session(&gorm.Session{}).Count(&n).Error; err != nil || n == 0 {
 		return int(n), time.Time{}, translate(err, nil, nil)
 	}
-	// MIN(created_at) would come back untyped from SQLite; a row keeps its type.
+	// MIN(created_at) would come back untyped from SQLite; a row keeps its
+	// type. Send ids are time-ordered (UUIDv7): the primary key finds the
+	// oldest without sorting the backlog.
 	var oldest outboxRow
-	if err := pending.Session(&gorm.Session{}).Select("created_at").Order("created_at").Limit(1).Find(&oldest).Error; err != nil {
+	if err := pending.Session(&gorm.Session{}).Select("created_at").Order("send_id").Limit(1).Find(&oldest).Error; err != nil {
 		return 0, time.Time{}, translate(err, nil, nil)
 	}
 	return int(n), oldest.CreatedAt.UTC(), nil

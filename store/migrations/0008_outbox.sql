@@ -8,6 +8,11 @@
 -- A row whose send was settled or purged meanwhile is dropped by the next
 -- claim that meets it.
 
+-- Not a rolling upgrade: stop every process of an older version before this
+-- migration runs (docs/operations.md). Writers of the log wait until it is
+-- done, so that no pending send escapes the copy below.
+{{postgres}}LOCK TABLE published_messages IN SHARE ROW EXCLUSIVE MODE;
+
 CREATE TABLE outbox (
     send_id       {{uuid}} PRIMARY KEY REFERENCES published_messages (id) ON DELETE CASCADE,
     created_at    {{timestamp}} NOT NULL,
