@@ -77,6 +77,7 @@ type config struct {
 	retries     int
 	retryDelays []time.Duration
 	fixedRates  []float64 // extra latency runs at these offered rates
+	maxSends    int       // broker sends one publish mode may ask for
 	pushTimeout time.Duration
 	hangShare   float64
 	serviceBin  string
@@ -103,6 +104,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.messages, "messages", 5000, "messages preloaded for the push, end-to-end, isolation and pull phases")
 	fs.IntVar(&cfg.pullers, "pullers", 4, "concurrent pull+ack clients")
 	fs.IntVar(&cfg.retries, "retries", 20, "retried events per scheduled delay")
+	fs.IntVar(&cfg.maxSends, "publish-sends", 20000, "a publish mode stops after this many broker sends (events × fan-out) even before -duration ends, so that the relay's drain stays short")
 	rates := fs.String("latency-rates", "", "extra latency runs at these fixed offered rates, events/s (comma-separated; to compare builds at equal load)")
 	delays := fs.String("retry-delays", "1s,2s,3s,4s,5s", "scheduled retry delays measured (comma-separated)")
 	fs.DurationVar(&cfg.pushTimeout, "push-timeout", 5*time.Second, "PUSH_TIMEOUT of the service: how long the hanging endpoint holds a delivery")

@@ -26,6 +26,7 @@ func TestSmoke(t *testing.T) {
 	args := []string{
 		"-json", jsonPath, "-duration", "1s", "-messages", "200", "-pullers", "2", "-concurrency", "4",
 		"-retries", "2", "-retry-delays", "1s,2s", "-push-timeout", "1s", "-hang-share", "0.1", "-timeout", "8m",
+		"-latency-rates", "50", "-publish-sends", "2000",
 	}
 	if u := os.Getenv("BROKER_TEST_URL"); u != "" {
 		db := os.Getenv("TEST_DATABASE_URL")

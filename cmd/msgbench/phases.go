@@ -28,8 +28,9 @@ func destination(fqqn string) broker.Destination {
 }
 
 // publishPhases measures POST …/messages at fan-out 1 and 10 and
-// messages:batch, each for -duration: events answered 202 per second, and
-// per second until the relay had sent all of them to the broker.
+// messages:batch, each for -duration or until -publish-sends broker sends
+// were accepted: events answered 202 per second, and per second until the
+// relay had sent all of them to the broker.
 func (b *bench) publishPhases(ctx context.Context, _ baselineResult) error {
 	c := b.client(b.serve)
 	modes := []struct {
@@ -64,7 +65,11 @@ func (b *bench) publishPhases(ctx context.Context, _ baselineResult) error {
 				return 100, c.call(ctx, "POST", path+":batch", batchBody(n*100, 100, b.sink.since(), fastOnly), http.StatusAccepted, nil)
 			}
 		}
-		res := load(ctx, b.cfg.concurrency, time.Now().Add(b.cfg.duration), 0, req)
+		perReq := m.fanout
+		if m.batch {
+			perReq *= 100
+		}
+		res := load(ctx, b.cfg.concurrency, time.Now().Add(b.cfg.duration), max(1, b.cfg.maxSends/perReq), req)
 		if res.accepted == 0 {
 			return fmt.Errorf("%s: nothing accepted (%d failed requests; first: %w)", m.name, res.errors, res.firstErr)
 		}
