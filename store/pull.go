@@ -127,23 +127,58 @@ func (s *Leases) SettleLeases(ctx context.Context, sel pull.Selector, decide fun
 		if err != nil {
 			return err
 		}
-		settlements = slices.Clone(settlements) // lock the log rows in id order (see bySendID)
-		slices.SortStableFunc(settlements, func(a, b pull.Settlement) int { return bySendID(a.SendID, b.SendID) })
+		if len(settlements) == 0 {
+			return nil
+		}
+		if err := s.recordSettlements(tx, settlements); err != nil {
+			return err
+		}
 		for _, st := range settlements {
-			if err := settleSend(tx, st.SendID, st.Attempt, st.DeadLetter, st.Resend, "", time.Time{}); err != nil {
-				return err
-			}
-			if err := tx.Where("ack_id = ?", st.AckID).Delete(&leaseRow{}).Error; err != nil {
-				return err
-			}
 			settled = append(settled, st.AckID)
 		}
-		return nil
+		return tx.Where("ack_id IN ?", settled).Delete(&leaseRow{}).Error
 	})
 	if err != nil {
 		return nil, translate(err, nil, nil)
 	}
 	return settled, nil
+}
+
+// recordSettlements records the outcomes of settled leases within tx, locking
+// their log rows in id order (see bySendID). An ack of many messages — the
+// same outcome for each, nothing else to store — is one UPDATE; anything else
+// is one per lease. (One UPDATE per acked message was 42 % of the serve
+// process's CPU in the pull benchmark.)
+func (s *Leases) recordSettlements(tx *gorm.DB, settlements []pull.Settlement) error {
+	uniform := true
+	var ids []uuid.UUID
+	for _, st := range settlements {
+		if st.DeadLetter != nil || st.Resend != nil || st.Attempt != settlements[0].Attempt {
+			uniform = false
+			break
+		}
+		if st.SendID != uuid.Nil {
+			ids = append(ids, st.SendID)
+		}
+	}
+	if uniform {
+		if len(ids) == 0 {
+			return nil
+		}
+		rows := "id IN ?"
+		if s.db.dialect == Postgres {
+			rows = "id IN (SELECT id FROM published_messages WHERE id IN ? ORDER BY id FOR NO KEY UPDATE)"
+		}
+		return tx.Model(&sendRow{}).Where(rows, ids).Updates(attemptUpdates(settlements[0].Attempt)).Error
+	}
+	settlements = slices.Clone(settlements)
+	slices.SortStableFunc(settlements, func(a, b pull.Settlement) int { return bySendID(a.SendID, b.SendID) })
+	for _, st := range settlements {
+		if err := settleSend(tx, st.SendID, st.Attempt, st.DeadLetter, st.Resend, "", time.Time{}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // ExtendLeases implements pull.Store: one UPDATE … RETURNING, so a lease the

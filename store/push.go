@@ -135,22 +135,27 @@ func bySendID(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) }
 
 var _ push.BatchLog = (*Push)(nil)
 
+// attemptUpdates is what recording attempt a sets on its log row.
+func attemptUpdates(a push.Attempt) map[string]any {
+	upd := map[string]any{
+		"status": string(a.Status), "error": a.Error, "response_body": a.Body,
+		"completed_at": a.At.UTC(), "next_attempt_at": timePtr(a.NextAttemptAt),
+	}
+	if a.StatusCode != 0 {
+		upd["status_code"] = a.StatusCode
+	}
+	if a.Latency > 0 {
+		upd["latency_ms"] = a.Latency.Milliseconds()
+	}
+	return upd
+}
+
 // settleSend records the outcome of the copy logged as sendID (when known),
 // stores a dead letter and the next copy (claimed by owner until until, or
 // left to the relay when owner is ""), within tx.
 func settleSend(tx *gorm.DB, sendID uuid.UUID, a push.Attempt, dl *push.DeadLetter, resend *publish.Send, owner string, until time.Time) error {
 	if sendID != uuid.Nil {
-		upd := map[string]any{
-			"status": string(a.Status), "error": a.Error, "response_body": a.Body,
-			"completed_at": a.At.UTC(), "next_attempt_at": timePtr(a.NextAttemptAt),
-		}
-		if a.StatusCode != 0 {
-			upd["status_code"] = a.StatusCode
-		}
-		if a.Latency > 0 {
-			upd["latency_ms"] = a.Latency.Milliseconds()
-		}
-		if err := tx.Model(&sendRow{}).Where("id = ?", sendID).Updates(upd).Error; err != nil {
+		if err := tx.Model(&sendRow{}).Where("id = ?", sendID).Updates(attemptUpdates(a)).Error; err != nil {
 			return err
 		}
 	}
