@@ -41,19 +41,8 @@ type Sender interface {
 type RelayConfig struct {
 	// Batch is how many pending sends one round claims.
 	Batch int
-	// Concurrency is how many broker sends are in flight at once (over all
-	// rounds).
+	// Concurrency is how many broker sends are in flight at once.
 	Concurrency int
-	// Rounds is how many rounds may run at once while the outbox holds more
-	// than a batch: one round waits for its slowest receipt and then records
-	// and claims, and meanwhile another can keep the broker busy. Below a
-	// batch only one loop runs: rounds always on split the sends into more,
-	// smaller claims (on the 2-core benchmark machine p99 at 300 events/s was
-	// 84 ms with one, 95 ms with two and 374 ms with four). Backlog helpers
-	// measured no gain there (the broker and CPU, not the gaps between
-	// rounds, limit the drain: batch relayed 0.51 × raw with 2, 0.50 × with
-	// 1), so the default is 1.
-	Rounds int
 	// Poll is how often the relay looks for pending sends it was not told about
 	// (left by a crashed process, or by a broker outage).
 	Poll time.Duration
@@ -64,7 +53,7 @@ type RelayConfig struct {
 }
 
 // DefaultRelayConfig suits one API process.
-var DefaultRelayConfig = RelayConfig{Batch: 200, Concurrency: 32, Rounds: 1, Poll: time.Second, Lease: 30 * time.Second, SendTimeout: 10 * time.Second}
+var DefaultRelayConfig = RelayConfig{Batch: 200, Concurrency: 32, Poll: time.Second, Lease: 30 * time.Second, SendTimeout: 10 * time.Second}
 
 // Relay sends the outbox's pending rows to the broker and marks each sent after
 // the broker's receipt. It runs in every API process; the store's claim keeps
@@ -78,10 +67,8 @@ type Relay struct {
 	now    func() time.Time
 	logger *slog.Logger
 	wake   chan struct{}
-	// backlog wakes a helper loop (see Run).
-	backlog chan struct{}
-	sem     chan struct{} // a slot per broker send in flight, shared by the rounds
-	obs     RelayObserver
+	sem    chan struct{} // a slot per broker send in flight
+	obs    RelayObserver
 
 	mu        sync.Mutex
 	lastError error // the outcome of the main loop's last round
@@ -145,11 +132,10 @@ func (r *Relay) maybeVacuum(ctx context.Context, n int) {
 func NewRelay(store Store, b Sender, cfg RelayConfig, now func() time.Time, logger *slog.Logger) *Relay {
 	return &Relay{
 		store: store, broker: b, cfg: cfg, now: now, logger: logger,
-		owner:   "relay-" + uuid.NewString(),
-		wake:    make(chan struct{}, 1),
-		backlog: make(chan struct{}, 1),
-		sem:     make(chan struct{}, max(1, cfg.Concurrency)),
-		obs:     nopObserver{},
+		owner: "relay-" + uuid.NewString(),
+		wake:  make(chan struct{}, 1),
+		sem:   make(chan struct{}, max(1, cfg.Concurrency)),
+		obs:   nopObserver{},
 	}
 }
 
@@ -174,52 +160,10 @@ func (r *Relay) Healthy() error {
 	return r.lastError
 }
 
-// Run relays until ctx is done. One loop runs rounds on every Notify and
-// Poll; while the outbox holds more than a batch (a claim came back full),
-// up to cfg.Rounds-1 helper loops run rounds beside it, each claiming
-// rows the others have not (a claim is a lease).
-func (r *Relay) Run(ctx context.Context) {
-	var wg sync.WaitGroup
-	for range max(1, r.cfg.Rounds) - 1 {
-		wg.Go(func() { r.helper(ctx) })
-	}
-	r.loop(ctx)
-	wg.Wait()
-}
-
-// more tells an idle helper loop that a claim came back full.
-func (r *Relay) more() {
-	select {
-	case r.backlog <- struct{}{}:
-	default:
-	}
-}
-
-// helper runs rounds while they claim full batches, then waits for more.
-// Its errors go to the log; the main loop's rounds meet the same rows (a
-// failed send is released) and report them to Healthy.
-func (r *Relay) helper(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-r.backlog:
-		}
-		for {
-			n, err := r.relayOnce(ctx)
-			if ctx.Err() != nil {
-				return
-			}
-			if err != nil {
-				r.logger.WarnContext(ctx, "outbox relay round (helper) failed", slog.Any("error", err))
-				break
-			}
-			if n < r.cfg.Batch {
-				break
-			}
-		}
-	}
-}
+// Run relays until ctx is done. (Several rounds at once were measured:
+// latency rose with them on the 2-core benchmark machine and a backlog did not
+// drain faster; see docs/benchmarks.md, session 3.)
+func (r *Relay) Run(ctx context.Context) { r.loop(ctx) }
 
 // loop runs rounds one after another until ctx is done.
 func (r *Relay) loop(ctx context.Context) {
@@ -267,9 +211,6 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	claimed := time.Now()
-	if len(pending) >= r.cfg.Batch {
-		r.more() // a backlog: a helper claims the next batch while this one is sent
-	}
 	now := r.now()
 	var (
 		mu                    sync.Mutex

@@ -253,38 +253,6 @@ func (s *stallSink) Send(ctx context.Context, m broker.Message) error {
 	return s.sink.Send(ctx, m)
 }
 
-// TestRelayRoundsOverlap: under a backlog (a round claimed a full batch),
-// rows published while that round waits for a slow receipt are sent by a
-// helper round at once, not after the slow one; with Rounds 1 they wait.
-func TestRelayRoundsOverlap(t *testing.T) {
-	t.Parallel()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	for _, rounds := range []int{4, 1} {
-		o := newOutbox()
-		slow := o.add(time.Time{})
-		fast := o.add(time.Time{}) // the backlog: more than a batch (1)
-		b := &stallSink{sink: sink{got: map[string]int{}}, stall: slow, release: make(chan struct{})}
-		cfg := RelayConfig{Batch: 1, Concurrency: 8, Rounds: rounds, Poll: time.Hour, Lease: 2 * time.Minute, SendTimeout: time.Minute}
-		r := NewRelay(o, b, cfg, time.Now, logger)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() { r.Run(ctx); close(done) }()
-		sent := func() bool { b.mu.Lock(); defer b.mu.Unlock(); return b.got[fast.String()] == 1 }
-		if rounds > 1 {
-			waitFor(t, "the second publish to be sent beside the stalled round", sent)
-		} else {
-			time.Sleep(100 * time.Millisecond)
-			if sent() {
-				t.Errorf("Rounds 1: the second publish was sent while the only round waited")
-			}
-		}
-		close(b.release)
-		waitFor(t, "both sent", func() bool { return o.count(StatusSent) == 2 })
-		cancel()
-		<-done
-	}
-}
-
 // TestRelayLeavesRowsItCannotSendInTime: a round whose sends queue behind a
 // slow broker for longer than the lease leaves the rest leased (another
 // relay may claim them once it lapses) instead of sending them late, and
@@ -296,7 +264,7 @@ func TestRelayLeavesRowsItCannotSendInTime(t *testing.T) {
 	second := o.add(time.Time{})
 	b := &stallSink{sink: sink{got: map[string]int{}}, stall: first, release: make(chan struct{})}
 	// One send at a time; the lease outlasts a send by 150 ms.
-	cfg := RelayConfig{Batch: 50, Concurrency: 1, Rounds: 1, Poll: time.Hour, Lease: 200 * time.Millisecond, SendTimeout: 50 * time.Millisecond}
+	cfg := RelayConfig{Batch: 50, Concurrency: 1, Poll: time.Hour, Lease: 200 * time.Millisecond, SendTimeout: 50 * time.Millisecond}
 	r := NewRelay(o, b, cfg, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	done := make(chan struct{})
 	var n int

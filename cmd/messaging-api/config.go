@@ -50,7 +50,6 @@ type MetricsConfig struct {
 // OutboxConfig configures the outbox relay and the purge of old events.
 type OutboxConfig struct {
 	Poll          time.Duration
-	Rounds        int
 	Retention     time.Duration
 	PurgeInterval time.Duration
 }
@@ -130,7 +129,6 @@ var settings = []setting{
 	}},
 	{"PUSH_MAX_RETRY_AFTER", "push-max-retry-after", "1h", "longest delay a Retry-After header can ask for", durationInto(func(c *Config) *time.Duration { return &c.Push.MaxRetryAfter })},
 	{"OUTBOX_POLL_INTERVAL", "outbox-poll", "1s", "how often the outbox relay looks for sends left pending (by a crash or a broker outage)", durationInto(func(c *Config) *time.Duration { return &c.Outbox.Poll })},
-	{"OUTBOX_ROUNDS", "outbox-rounds", "1", "outbox relay rounds in flight at once per process while more than a batch (200 sends) is pending; below that one round runs", intInto(1, 64, func(c *Config) *int { return &c.Outbox.Rounds })},
 	{"EVENT_RETENTION", "event-retention", "168h", "how long events and their log are kept when the room does not expire them sooner (at least 24h, the idempotency window)", durationInto(func(c *Config) *time.Duration { return &c.Outbox.Retention })},
 	{"PURGE_INTERVAL", "purge-interval", "10m", "how often expired events and logs are purged", durationInto(func(c *Config) *time.Duration { return &c.Outbox.PurgeInterval })},
 	{"LOG_LEVEL", "log-level", "info", "debug, info, warn or error", func(c *Config, v string) error {

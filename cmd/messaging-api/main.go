@@ -96,7 +96,6 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 
 	relayCfg := publish.DefaultRelayConfig
 	relayCfg.Poll = cfg.Outbox.Poll
-	relayCfg.Rounds = cfg.Outbox.Rounds
 	m := metrics.New(metrics.Options{RoomLabel: cfg.Metrics.RoomLabel})
 	relay := publish.NewRelay(db.Events(), b, relayCfg, clock, logger).Observe(m)
 	purger := publish.NewPurger(db.Events(), cfg.Outbox.Retention, cfg.Outbox.PurgeInterval, clock, logger)
