@@ -89,20 +89,7 @@ func TestClaimPendingIsExclusive(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			ev := storetest.Open(t, d).Events()
-			room := uuid.Must(uuid.NewV7())
-			now := time.Now().UTC()
-			var events []publish.Event
-			var sends []publish.Send
-			for range 300 {
-				e := publish.Event{ID: uuid.Must(uuid.NewV7()), RoomID: room, RequestID: room, CorrelationID: "c",
-					EventTypeID: room, EventType: "t", Version: 1, Payload: []byte(`1`), PublishedAt: now, Attributes: map[string]string{}}
-				events = append(events, e)
-				sends = append(sends, publish.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "c",
-					SubscriptionID: room, SubscriptionType: "PULL", Destination: "d", Attempt: 1, CreatedAt: now, Status: publish.StatusPending})
-			}
-			if err := ev.Publish(ctx, events, sends); err != nil {
-				t.Fatal(err)
-			}
+			sends := outboxFixture(t, ev, 300, false)
 			seen := make(chan uuid.UUID, 1000)
 			errs := make(chan error, 4)
 			for w := range 4 {

@@ -40,6 +40,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/roomhub/messaging-api/cmd/internal/svcproc"
 )
 
 func main() {
@@ -96,7 +98,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&cfg.verbose, "v", false, "print the tails of every log at the end")
 	fs.StringVar(&cfg.serviceBin, "service-bin", "", "a prebuilt messaging-api binary (default: go build it into the temp dir)")
 	fs.StringVar(&cfg.pgBin, "pg-bin", "", "directory of initdb and postgres (default: newest /usr/lib/postgresql/*/bin)")
-	fs.StringVar(&cfg.amqScript, "activemq-script", filepath.Join(moduleDir(), "scripts", "activemq.sh"), "scripts/activemq.sh")
+	fs.StringVar(&cfg.amqScript, "activemq-script", filepath.Join(svcproc.ModuleDir(), "scripts", "activemq.sh"), "scripts/activemq.sh")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: faultsuite [flags]\n\nRuns load through the service while killing its processes, the broker and PostgreSQL;\nfails if an accepted message is lost. See `go doc ./cmd/faultsuite` and docs/fault-suite.md.\n\nflags:\n")
 		fs.PrintDefaults()

@@ -7,12 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/roomhub/messaging-api/cmd/internal/svcproc"
 )
 
 // proc is one child process of the suite: a service process, the broker's JVM
@@ -198,30 +199,8 @@ func (p *proc) logTail(lines int) string {
 	return fmt.Sprintf("--- %s (%s), last %d lines:\n%s\n", p.name, p.logPath, len(all), strings.Join(all, "\n"))
 }
 
-// servicePackage is the service's main package; go build resolves it from
-// anywhere inside the module.
-const servicePackage = "github.com/roomhub/messaging-api/cmd/messaging-api"
-
 // buildService builds the service binary into dir.
 func buildService(ctx context.Context, dir string) (string, error) {
 	bin := filepath.Join(dir, "messaging-api")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, servicePackage)
-	cmd.Dir = moduleDir()
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build %s: %w\n%s", servicePackage, err, b)
-	}
-	return bin, nil
-}
-
-// moduleDir is the module root this file was compiled from when it is still
-// there, else the current directory, which go build resolves from.
-func moduleDir() string {
-	if _, file, _, ok := runtime.Caller(0); ok {
-		dir := filepath.Join(filepath.Dir(file), "..", "..")
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-	}
-	return ""
+	return bin, svcproc.Build(ctx, bin)
 }

@@ -1,10 +1,9 @@
 package main
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/roomhub/messaging-api/cmd/internal/jsonapi"
+	"github.com/roomhub/messaging-api/cmd/internal/svcproc"
 )
 
 // service is one process of the service binary (api or dispatcher) on a
@@ -66,33 +66,14 @@ func (s *service) startReady(ctx context.Context) error {
 }
 
 func (s *service) waitReady(ctx context.Context, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	hc := &http.Client{Timeout: 2 * time.Second}
-	var last string
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.base+"/readyz", nil)
-		resp, err := hc.Do(req)
-		if err == nil {
-			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			last = fmt.Sprintf("readyz %d: %s", resp.StatusCode, bytes.TrimSpace(body))
-		} else {
-			last = err.Error()
-		}
-		select {
-		case <-s.exited():
-			return fmt.Errorf("%s exited during start-up\n%s", s.name, s.logTail(30))
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready within %s (%s)\n%s", s.name, within, last, s.logTail(30))
-		}
+	err := svcproc.WaitReady(ctx, s.base, within, s.exited())
+	switch {
+	case errors.Is(err, svcproc.ErrExited):
+		return fmt.Errorf("%s exited during start-up\n%s", s.name, s.logTail(30))
+	case err != nil && ctx.Err() == nil:
+		return fmt.Errorf("%s %w\n%s", s.name, err, s.logTail(30))
 	}
+	return err
 }
 
 // apiClient calls the management and pull API.

@@ -3,25 +3,21 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/cmd/internal/svcproc"
 )
-
-// servicePackage is the service's main package; go build resolves it from
-// anywhere inside the module.
-const servicePackage = "github.com/roomhub/messaging-api/cmd/messaging-api"
 
 // buildService builds the service into the temp dir, so that it runs as a
 // process of its own whose /proc entry measures it alone.
@@ -31,27 +27,11 @@ func (b *bench) buildService(ctx context.Context) (string, error) {
 	}
 	bin := filepath.Join(b.tmp, "messaging-api")
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, servicePackage)
-	cmd.Dir = moduleDir()
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go build %s: %w\n%s", servicePackage, err, out)
+	if err := svcproc.Build(ctx, bin); err != nil {
+		return "", err
 	}
 	b.logf("built the service in %s", time.Since(start).Round(time.Millisecond))
 	return bin, nil
-}
-
-// moduleDir is the module root this file was compiled from, when it is still
-// there (a binary built from a checkout and run elsewhere), else the current
-// directory, which go build resolves from.
-func moduleDir() string {
-	if _, file, _, ok := runtime.Caller(0); ok {
-		dir := filepath.Join(filepath.Dir(file), "..", "..")
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-	}
-	return ""
 }
 
 // service is one subprocess of the service binary.
@@ -135,32 +115,11 @@ func freeLoopbackAddr(ctx context.Context) (string, error) {
 }
 
 func (s *service) waitReady(ctx context.Context, within time.Duration) error {
-	deadline := time.Now().Add(within)
-	var last string
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, s.base+"/readyz", nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			last = fmt.Sprintf("readyz %d: %s", resp.StatusCode, bytes.TrimSpace(body))
-		} else {
-			last = err.Error()
-		}
-		select {
-		case <-s.done:
-			return fmt.Errorf("exited during start-up: %w", s.waitErr)
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("not ready within %s (%s)", within, last)
-		}
+	err := svcproc.WaitReady(ctx, s.base, within, s.done)
+	if errors.Is(err, svcproc.ErrExited) {
+		return fmt.Errorf("exited during start-up: %w", s.waitErr)
 	}
+	return err
 }
 
 func (s *service) exited() bool {
