@@ -215,7 +215,7 @@ type memEvents struct {
 	events []publish.Event
 }
 
-func (m *memEvents) Publish(_ context.Context, events []publish.Event, _ []publish.Send) error {
+func (m *memEvents) Publish(_ context.Context, events []publish.Event, _ []publish.Send, _ publish.Lease) error {
 	for _, ev := range events {
 		if ev.IdempotencyKey == "" {
 			continue

@@ -87,11 +87,20 @@ type Pending struct {
 	Event Event
 }
 
+// Lease holds outbox rows for one relay until a time: no other claim takes
+// them meanwhile. A publish whose sends the relay takes in memory (see
+// Relay.Reserve) stores them leased to it.
+type Lease struct {
+	Owner string
+	Until time.Time
+}
+
 // Store persists events and the log.
 type Store interface {
-	// Publish stores each event with its sends in one transaction. An event
+	// Publish stores each event with its sends in one transaction, their
+	// outbox rows leased as lease says (none when lease is zero). An event
 	// whose idempotency key is taken fails the whole call with ErrDuplicateKey.
-	Publish(ctx context.Context, events []Event, sends []Send) error
+	Publish(ctx context.Context, events []Event, sends []Send, lease Lease) error
 	EventByIdempotencyKey(ctx context.Context, roomID uuid.UUID, key string) (Event, error)
 	EventsByRequest(ctx context.Context, roomID, requestID uuid.UUID) ([]Event, error)
 	Event(ctx context.Context, roomID, id uuid.UUID) (Event, error)

@@ -50,10 +50,14 @@ type RelayConfig struct {
 	Lease time.Duration
 	// SendTimeout bounds one broker send.
 	SendTimeout time.Duration
+	// HandOff is how many fresh sends may wait in memory for the relay to
+	// send them (see Reserve); 0 turns the hand-off off, so that every
+	// publish waits for a claim.
+	HandOff int
 }
 
 // DefaultRelayConfig suits one API process.
-var DefaultRelayConfig = RelayConfig{Batch: 200, Concurrency: 32, Poll: time.Second, Lease: 30 * time.Second, SendTimeout: 10 * time.Second}
+var DefaultRelayConfig = RelayConfig{Batch: 200, Concurrency: 32, Poll: time.Second, Lease: 30 * time.Second, SendTimeout: 10 * time.Second, HandOff: 4096}
 
 // Relay sends the outbox's pending rows to the broker and marks each sent after
 // the broker's receipt. It runs in every API process; the store's claim keeps
@@ -69,6 +73,7 @@ type Relay struct {
 	wake   chan struct{}
 	sem    chan struct{} // a slot per broker send in flight
 	obs    RelayObserver
+	hand   *handoff // nil: no hand-off
 
 	mu        sync.Mutex
 	lastError error // the outcome of the main loop's last round
@@ -130,13 +135,17 @@ func (r *Relay) maybeVacuum(ctx context.Context, n int) {
 
 // NewRelay returns a relay; Run starts it.
 func NewRelay(store Store, b Sender, cfg RelayConfig, now func() time.Time, logger *slog.Logger) *Relay {
-	return &Relay{
+	r := &Relay{
 		store: store, broker: b, cfg: cfg, now: now, logger: logger,
 		owner: "relay-" + uuid.NewString(),
 		wake:  make(chan struct{}, 1),
 		sem:   make(chan struct{}, max(1, cfg.Concurrency)),
 		obs:   nopObserver{},
 	}
+	if cfg.HandOff > 0 {
+		r.hand = newHandoff(cfg.HandOff)
+	}
+	return r
 }
 
 // Observe makes o see what each round did; call it before Run.
@@ -160,10 +169,27 @@ func (r *Relay) Healthy() error {
 	return r.lastError
 }
 
-// Run relays until ctx is done. (Several rounds at once were measured:
-// latency rose with them on the 2-core benchmark machine and a backlog did not
-// drain faster; see docs/benchmarks.md, session 3.)
-func (r *Relay) Run(ctx context.Context) { r.loop(ctx) }
+// Run relays until ctx is done: handed-off sends as they come, the rest in
+// rounds of claims. (Several rounds at once were measured: latency rose with
+// them on the 2-core benchmark machine and a backlog did not drain faster;
+// see docs/benchmarks.md, session 3.) It returns when the outcomes of the
+// last sends are recorded.
+func (r *Relay) Run(ctx context.Context) {
+	if r.hand == nil {
+		r.loop(ctx)
+		return
+	}
+	var wg sync.WaitGroup
+	streamDone := make(chan struct{})
+	wg.Go(func() {
+		defer close(streamDone)
+		r.stream(ctx)
+	})
+	wg.Go(func() { r.record(ctx, streamDone) })
+	r.setHandOff(true)
+	r.loop(ctx)
+	wg.Wait()
+}
 
 // loop runs rounds one after another until ctx is done.
 func (r *Relay) loop(ctx context.Context) {
@@ -278,6 +304,9 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 	}
 	if err := r.store.Release(rctx, failed); err != nil {
 		return len(pending), err
+	}
+	if len(sent) > 0 && r.hand != nil {
+		r.setDown(false) // the broker takes sends again: hand off again
 	}
 	r.obs.Relayed("sent", len(sent))
 	r.obs.Relayed("failed", len(failed))

@@ -285,3 +285,174 @@ func TestRelayLeavesRowsItCannotSendInTime(t *testing.T) {
 		t.Errorf("%d marked sent, want 1", o.count(StatusSent))
 	}
 }
+
+// addLeased adds a pending row as a publish that reserved a hand-off place
+// stores it: leased, so no claim takes it.
+func (o *outbox) addLeased(expires time.Time) Pending {
+	id := o.add(expires)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	r := o.rows[id]
+	r.claimed = true
+	return r.p
+}
+
+func (o *outbox) claimed(id uuid.UUID) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.rows[id].claimed
+}
+
+// handOffRelay is a relay with a hand-off of 100 over an in-memory outbox
+// and broker.
+func handOffRelay() (*outbox, *sink, *Relay) {
+	o, b := newOutbox(), &sink{got: map[string]int{}}
+	cfg := RelayConfig{Batch: 50, Concurrency: 8, Poll: time.Hour, Lease: time.Minute, SendTimeout: time.Second, HandOff: 100}
+	return o, b, NewRelay(o, b, cfg, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+}
+
+// open reports whether r's hand-off takes a reservation now.
+func open(r *Relay) bool {
+	if _, ok := r.Reserve(1); ok {
+		r.Unreserve(1)
+		return true
+	}
+	return false
+}
+
+// runRelay runs r until stop, which fails the test if Run does not return.
+func runRelay(t *testing.T, r *Relay) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	waitFor(t, "the hand-off to open", func() bool { return open(r) })
+	return func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Fatal("Run did not return after its context ended")
+		}
+	}
+}
+
+// TestRelayHandOff: sends handed over in memory go out once each without a
+// claim; a full hand-off refuses the reservation (the publish then stores its
+// sends unleased and notifies); expired ones are recorded, not sent.
+func TestRelayHandOff(t *testing.T) {
+	t.Parallel()
+	o, b, r := handOffRelay()
+	if _, ok := r.Reserve(1); ok {
+		t.Fatal("Reserve worked before Run")
+	}
+	stop := runRelay(t, r)
+	if _, ok := r.Reserve(101); ok {
+		t.Error("Reserve(101) worked on a hand-off of 100")
+	}
+	handed, notified := 0, 0
+	for range 40 {
+		lease, ok := r.Reserve(25)
+		if !ok {
+			for range 25 {
+				o.add(time.Time{})
+			}
+			r.Notify()
+			notified++
+			continue
+		}
+		if lease.Owner != r.owner || time.Until(lease.Until) < 50*time.Second {
+			t.Fatalf("lease %+v: want the relay's owner until about a minute from now", lease)
+		}
+		p := make([]Pending, 25)
+		for i := range p {
+			p[i] = o.addLeased(time.Time{})
+		}
+		r.HandOff(lease, p)
+		handed++
+	}
+	lease, _ := r.Reserve(1)
+	expired := o.addLeased(time.Now().Add(-time.Second))
+	r.HandOff(lease, []Pending{expired})
+	waitFor(t, "1000 sends", func() bool { return o.count(StatusSent) == 1000 && o.count(StatusExpired) == 1 })
+	b.mu.Lock()
+	for id, n := range b.got {
+		if n != 1 {
+			t.Errorf("send %s went %d times", id, n)
+		}
+	}
+	if len(b.got) != 1000 || b.got[expired.ID.String()] != 0 {
+		t.Errorf("%d distinct sends (want 1000), expired one sent %d times", len(b.got), b.got[expired.ID.String()])
+	}
+	b.mu.Unlock()
+	if handed == 0 {
+		t.Error("nothing was handed off")
+	}
+	if claims := o.claims.Load(); notified == 0 && claims > 1 {
+		t.Errorf("%d claims although every publish was handed off", claims)
+	}
+	t.Logf("%d publishes handed off, %d notified, %d claims", handed, notified, o.claims.Load())
+	stop()
+	if _, ok := r.Reserve(1); ok {
+		t.Error("Reserve worked after Run returned")
+	}
+}
+
+// TestRelayHandOffBrokerDown: a handed-off send the broker refuses is
+// released for a claim, further publishes go through claims (which back off)
+// until a send works again, and nothing is lost.
+func TestRelayHandOffBrokerDown(t *testing.T) {
+	t.Parallel()
+	o, b, r := handOffRelay()
+	stop := runRelay(t, r)
+	defer stop()
+	b.down.Store(true)
+	lease, _ := r.Reserve(1)
+	p := o.addLeased(time.Time{})
+	r.HandOff(lease, []Pending{p})
+	waitFor(t, "the refused send to be released", func() bool { return !o.claimed(p.ID) || o.count(StatusSent) == 1 })
+	if _, ok := r.Reserve(1); ok {
+		t.Error("Reserve worked while the broker refuses sends")
+	}
+	b.down.Store(false)
+	r.Notify()
+	waitFor(t, "the released send to go out", func() bool { return o.count(StatusSent) == 1 })
+	waitFor(t, "the hand-off to reopen", func() bool { return open(r) })
+}
+
+// TestRelayHandOffShutdown: on shutdown the send in flight finishes and is
+// recorded, and sends still queued are released, so that the next process
+// claims them at once instead of after their lease.
+func TestRelayHandOffShutdown(t *testing.T) {
+	t.Parallel()
+	o := newOutbox()
+	first := o.addLeased(time.Time{})
+	b := &stallSink{sink: sink{got: map[string]int{}}, stall: first.ID, release: make(chan struct{})}
+	cfg := RelayConfig{Batch: 50, Concurrency: 1, Poll: time.Hour, Lease: time.Minute, SendTimeout: 5 * time.Second, HandOff: 100}
+	r := NewRelay(o, b, cfg, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	stop := runRelay(t, r)
+	lease, _ := r.Reserve(11)
+	rest := make([]Pending, 10)
+	for i := range rest {
+		rest[i] = o.addLeased(time.Time{})
+	}
+	r.HandOff(lease, append([]Pending{first}, rest...))
+	waitFor(t, "the first send to start", func() bool { return b.tries.Load() == 0 && len(r.sem) == 1 })
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		close(b.release)
+	}()
+	stop()
+	if o.count(StatusSent) != 1 || o.claimed(first.ID) {
+		t.Errorf("%d sent, first claimed %v: want the send in flight recorded", o.count(StatusSent), o.claimed(first.ID))
+	}
+	released := 0
+	for _, p := range rest {
+		if !o.claimed(p.ID) {
+			released++
+		}
+	}
+	if released != 10 || o.count(StatusPending) != 10 {
+		t.Errorf("%d of the 10 queued sends released, %d pending; want all 10 released, unsent", released, o.count(StatusPending))
+	}
+}

@@ -53,6 +53,18 @@ type Subscribers interface {
 // Notifier is told that pending sends were committed (the Relay).
 type Notifier interface{ Notify() }
 
+// HandOff is a relay that takes fresh sends in memory, so that they go to the
+// broker at once instead of waiting for a claim (the Relay). A publish
+// reserves a place for each send before it stores them leased to the relay,
+// and hands them over after the commit (or gives the places back if the
+// store failed); when no place is free it stores them unleased and notifies.
+type HandOff interface {
+	Notifier
+	Reserve(n int) (Lease, bool)
+	Unreserve(n int)
+	HandOff(lease Lease, p []Pending)
+}
+
 // Service publishes events.
 type Service struct {
 	catalog   Catalog
@@ -176,7 +188,15 @@ func (s *Service) Publish(ctx context.Context, ref string, inputs []Input, idemp
 			return nil, err
 		}
 	}
-	if err := s.store.Publish(ctx, events, sends); err != nil {
+	var lease Lease
+	hand, handing := s.relay.(HandOff)
+	if handing && len(sends) > 0 {
+		lease, handing = hand.Reserve(len(sends))
+	}
+	if err := s.store.Publish(ctx, events, sends, lease); err != nil {
+		if handing {
+			hand.Unreserve(len(sends))
+		}
 		if errors.Is(err, ErrDuplicateKey) && idempotencyKey != "" {
 			// Another request with this key committed first: answer as it did.
 			if res, rerr := s.replay(ctx, room.ID, idempotencyKey, hash); res != nil || rerr != nil {
@@ -185,7 +205,10 @@ func (s *Service) Publish(ctx context.Context, ref string, inputs []Input, idemp
 		}
 		return nil, err
 	}
-	if len(sends) > 0 {
+	switch {
+	case handing:
+		hand.HandOff(lease, pendingOf(events, sends))
+	case len(sends) > 0:
 		s.relay.Notify()
 	}
 	s.observe(room, events, sends)
@@ -194,6 +217,19 @@ func (s *Service) Publish(ctx context.Context, ref string, inputs []Input, idemp
 		out[i] = Result{Event: ev}
 	}
 	return out, nil
+}
+
+// pendingOf pairs each send with its event.
+func pendingOf(events []Event, sends []Send) []Pending {
+	byID := make(map[uuid.UUID]int, len(events))
+	for i, ev := range events {
+		byID[ev.ID] = i
+	}
+	out := make([]Pending, len(sends))
+	for i, sd := range sends {
+		out[i] = Pending{Send: sd, Event: events[byID[sd.EventID]]}
+	}
+	return out
 }
 
 // replay answers a request whose Idempotency-Key was seen before, or returns

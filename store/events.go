@@ -182,9 +182,9 @@ func timeVal(t *time.Time) time.Time {
 func (s *Events) tx(ctx context.Context) *gorm.DB { return s.db.gorm.WithContext(ctx) }
 
 // Publish implements publish.Store.
-func (s *Events) Publish(ctx context.Context, events []publish.Event, sends []publish.Send) error {
+func (s *Events) Publish(ctx context.Context, events []publish.Event, sends []publish.Send, lease publish.Lease) error {
 	if s.db.dialect == Postgres && len(sends) > 0 && len(events)*len(eventColumns)+len(sends)*(len(sendColumns)+len(outboxColumns)) <= maxOneStatementArgs {
-		sql, args := publishStatement(events, sends)
+		sql, args := publishStatement(events, sends, lease)
 		return translate(s.tx(ctx).Exec(sql, args...).Error, nil, publish.ErrDuplicateKey)
 	}
 	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
@@ -195,7 +195,7 @@ func (s *Events) Publish(ctx context.Context, events []publish.Event, sends []pu
 		if err := tx.CreateInBatches(rows, 500).Error; err != nil {
 			return err
 		}
-		return insertSends(tx, sends, "", time.Time{})
+		return insertSends(tx, sends, lease.Owner, lease.Until)
 	})
 	return translate(err, nil, publish.ErrDuplicateKey)
 }
@@ -207,7 +207,7 @@ var (
 		"traceparent", "tracestate"}
 	sendColumns = []string{"id", "event_id", "room_id", "correlation_id", "subscription_id", "subscription_type",
 		"destination", "attempt", "scheduled_delay", "created_at", "sent_at", "status", "status_code", "error", "completed_at"}
-	outboxColumns = []string{"send_id", "created_at"}
+	outboxColumns = []string{"send_id", "created_at", "claimed_by", "claimed_until"}
 )
 
 // maxOneStatementArgs bounds the parameters of one publish statement
@@ -218,7 +218,7 @@ const maxOneStatementArgs = 30000
 // pending ones in one PostgreSQL statement: one round trip instead of five
 // (BEGIN, three INSERTs, COMMIT), the same atomicity (a statement is its own
 // transaction; foreign keys are checked at its end).
-func publishStatement(events []publish.Event, sends []publish.Send) (string, []any) {
+func publishStatement(events []publish.Event, sends []publish.Send, lease publish.Lease) (string, []any) {
 	var b strings.Builder
 	args := make([]any, 0, len(events)*len(eventColumns)+len(sends)*(len(sendColumns)+len(outboxColumns)))
 	values := func(n, cols int) {
@@ -263,7 +263,7 @@ func publishStatement(events []publish.Event, sends []publish.Send) (string, []a
 	b.WriteString(" INSERT INTO outbox (" + strings.Join(outboxColumns, ", ") + ") VALUES ")
 	values(len(owed), len(outboxColumns))
 	for _, r := range owed {
-		args = append(args, r.ID, r.CreatedAt.UTC())
+		args = append(args, r.ID, r.CreatedAt.UTC(), lease.Owner, timePtr(lease.Until))
 	}
 	return b.String(), args
 }

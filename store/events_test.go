@@ -39,7 +39,7 @@ func TestPurge(t *testing.T) {
 				if !pending {
 					s.Status, s.SentAt = publish.StatusSent, e.PublishedAt
 				}
-				if err := ev.Publish(ctx, []publish.Event{e}, []publish.Send{s}); err != nil {
+				if err := ev.Publish(ctx, []publish.Event{e}, []publish.Send{s}, publish.Lease{}); err != nil {
 					t.Fatal(err)
 				}
 				return e.ID

@@ -21,6 +21,13 @@ import (
 // the outbox).
 func outboxFixture(t *testing.T, ev *store.Events, n int, sent bool) []publish.Send {
 	t.Helper()
+	return leasedFixture(t, ev, n, sent, publish.Lease{})
+}
+
+// leasedFixture is outboxFixture with the outbox rows stored under lease (a
+// publish handed off to its relay).
+func leasedFixture(t *testing.T, ev *store.Events, n int, sent bool, lease publish.Lease) []publish.Send {
+	t.Helper()
 	room := uuid.Must(uuid.NewV7())
 	now := time.Now().UTC().Truncate(time.Microsecond)
 	var events []publish.Event
@@ -37,7 +44,7 @@ func outboxFixture(t *testing.T, ev *store.Events, n int, sent bool) []publish.S
 				Status: publish.StatusSent, SentAt: now})
 		}
 	}
-	if err := ev.Publish(context.Background(), events, sends); err != nil {
+	if err := ev.Publish(context.Background(), events, sends, lease); err != nil {
 		t.Fatal(err)
 	}
 	var pending []publish.Send
@@ -69,6 +76,34 @@ func backlog(t *testing.T, ev *store.Events) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// TestOutboxLeasedPublish: sends a publish stores leased (handed off to its
+// relay in memory) are in the outbox but no claim takes them until the lease
+// lapses, when any relay may (the process that held them may have died).
+func TestOutboxLeasedPublish(t *testing.T) {
+	t.Parallel()
+	for _, d := range storetest.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			ev := storetest.Open(t, d).Events()
+			until := time.Now().Add(time.Second)
+			leased := leasedFixture(t, ev, 3, true, publish.Lease{Owner: "relay-a", Until: until})
+			free := outboxFixture(t, ev, 2, false)
+			if n := backlog(t, ev); n != 5 {
+				t.Fatalf("outbox holds %d rows, want 5 (3 leased, 2 free)", n)
+			}
+			got := claimIDs(t, ev, "relay-b", time.Minute)
+			if want := []uuid.UUID{free[0].ID, free[1].ID}; !slices.Equal(got, want) {
+				t.Fatalf("claimed %v, want only the unleased %v", got, want)
+			}
+			time.Sleep(time.Until(until) + 50*time.Millisecond)
+			got = claimIDs(t, ev, "relay-b", time.Minute)
+			if want := []uuid.UUID{leased[0].ID, leased[1].ID, leased[2].ID}; !slices.Equal(got, want) {
+				t.Fatalf("after the lease lapsed claimed %v, want %v", got, want)
+			}
+		})
+	}
 }
 
 // TestOutboxLifecycle: a pending send is in the outbox from the transaction
@@ -204,7 +239,7 @@ func TestOutboxPurge(t *testing.T) {
 				ExpiresAt: now.Add(-time.Hour), Attributes: map[string]string{}}
 			s := publish.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "c",
 				SubscriptionID: room, SubscriptionType: "PULL", Destination: "d", Attempt: 1, CreatedAt: e.PublishedAt, Status: publish.StatusPending}
-			if err := ev.Publish(ctx, []publish.Event{e}, []publish.Send{s}); err != nil {
+			if err := ev.Publish(ctx, []publish.Event{e}, []publish.Send{s}, publish.Lease{}); err != nil {
 				t.Fatal(err)
 			}
 			n, err := ev.PurgeEvents(ctx, publish.PurgeQuery{PublishedBefore: now.Add(-24 * time.Hour),

@@ -43,7 +43,7 @@ func TestPublishRoundTrip(t *testing.T) {
 			}
 			e1, s1 := mk("key-1", now.Add(time.Hour))
 			e2, s2 := mk("", time.Time{})
-			if err := ev.Publish(ctx, []publish.Event{e1, e2}, append(s1, s2...)); err != nil {
+			if err := ev.Publish(ctx, []publish.Event{e1, e2}, append(s1, s2...), publish.Lease{}); err != nil {
 				t.Fatal(err)
 			}
 			for _, want := range []publish.Event{e1, e2} {
@@ -69,7 +69,7 @@ func TestPublishRoundTrip(t *testing.T) {
 			// The same key again, in a batch with a fresh event: nothing of it stays.
 			e3, s3 := mk("key-1", time.Time{})
 			e4, s4 := mk("key-4", time.Time{})
-			err = ev.Publish(ctx, []publish.Event{e4, e3}, append(s4, s3...))
+			err = ev.Publish(ctx, []publish.Event{e4, e3}, append(s4, s3...), publish.Lease{})
 			if !errors.Is(err, publish.ErrDuplicateKey) {
 				t.Fatalf("taken key: %v, want ErrDuplicateKey", err)
 			}
@@ -87,7 +87,7 @@ func TestPublishRoundTrip(t *testing.T) {
 				e, ss := mk("", time.Time{})
 				events, sends = append(events, e), append(sends, ss...)
 			}
-			if err := ev.Publish(ctx, events, sends); err != nil {
+			if err := ev.Publish(ctx, events, sends, publish.Lease{}); err != nil {
 				t.Fatal(err)
 			}
 			if n := backlog(t, ev); n != 2+1200 {

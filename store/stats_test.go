@@ -36,7 +36,7 @@ func TestOutboxBacklogAndTrace(t *testing.T) {
 					SubscriptionID: room, SubscriptionType: "PULL", Destination: "d", Attempt: 1,
 					CreatedAt: base.Add(time.Duration(i-3) * time.Minute), Status: publish.StatusPending})
 			}
-			if err := ev.Publish(ctx, []publish.Event{e}, sends); err != nil {
+			if err := ev.Publish(ctx, []publish.Event{e}, sends, publish.Lease{}); err != nil {
 				t.Fatal(err)
 			}
 			if err := ev.MarkSent(ctx, []uuid.UUID{sends[0].ID}, base); err != nil {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -109,6 +110,26 @@ func TestCheckCatchesBadFigures(t *testing.T) {
 		}, "no positive ratio"},
 		{"no targets", func(r *Report) { r.Targets = nil }, "no targets"},
 	}
+	t.Run("a phase left out", func(t *testing.T) {
+		t.Parallel()
+		r := complete()
+		r.Figures = slices.DeleteFunc(r.Figures, func(f Figure) bool { return f.Key == "retry.p99" })
+		r.evaluate()
+		notRun := 0
+		for _, tg := range r.Targets {
+			if tg.NotRun {
+				notRun++
+				if !strings.HasPrefix(tg.Name, "retry error") || tg.Met {
+					t.Errorf("target %q not run (met %v); only the retry target should be", tg.Name, tg.Met)
+				}
+			}
+		}
+		var out strings.Builder
+		r.print(&out)
+		if notRun != 1 || !strings.Contains(out.String(), "not run") {
+			t.Errorf("%d targets not run, want 1; printed:\n%s", notRun, out.String())
+		}
+	})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()

@@ -37,6 +37,8 @@ type Target struct {
 	Value float64 `json:"value"`
 	Unit  string  `json:"unit"`
 	Met   bool    `json:"met"`
+	// NotRun: a phase it needs was left out (-phases); Value and Met mean nothing.
+	NotRun bool `json:"notRun,omitempty"`
 }
 
 // Machine describes where the run happened.
@@ -123,6 +125,15 @@ func (r *Report) evaluate() {
 		Target{Name: "isolation: fast endpoint beside a hanging one vs push alone", Goal: "≥ 0.90", Value: ratio("isolation.rate"), Unit: "×", Met: ratio("isolation.rate") >= 0.9},
 		Target{Name: "end-to-end throughput vs a webhook gateway's 190 events/s", Goal: "≥ 5× (950/s)", Value: value("e2e.max") / 190, Unit: "×", Met: value("e2e.max") >= 950},
 	)
+	needs := [][]string{{"push.rate"}, {"publish.fanout1"}, {"publish.fanout1_relayed"}, {"e2e.p99"}, {"e2e_half_flow.p99"},
+		{"retry.p99", "baseline.sched_p99"}, {"isolation.rate"}, {"e2e.max"}}
+	for i, keys := range needs {
+		for _, k := range keys {
+			if _, ok := r.figure(k); !ok {
+				r.Targets[i].NotRun, r.Targets[i].Met = true, false
+			}
+		}
+	}
 }
 
 // requiredFigures are the figures every run must produce, each positive.
@@ -192,11 +203,14 @@ func (r *Report) print(w io.Writer) {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "target\tgoal\tmeasured\tresult")
 	for _, t := range r.Targets {
-		res := "NOT MET"
-		if t.Met {
+		res, measured := "NOT MET", formatValue(t.Value)+" "+t.Unit
+		switch {
+		case t.NotRun:
+			res, measured = "not run", "—"
+		case t.Met:
 			res = "met"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s %s\t%s\n", t.Name, t.Goal, formatValue(t.Value), t.Unit, res)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.Name, t.Goal, measured, res)
 	}
 	_ = tw.Flush()
 	fmt.Fprintf(w, "\nelapsed %s\n", r.Elapsed)

@@ -1,0 +1,301 @@
+package publish
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/roomhub/messaging-api/broker"
+)
+
+// The hand-off: a publish stores its sends leased to this process's relay and
+// passes them over in memory, and the relay sends each at once, then records
+// the receipts of whatever finished meanwhile in one write. Without it every
+// publish waits for the round in flight and for a claim of its own (a round
+// trip and a lease write) before its sends start. Claims remain for what the
+// hand-off does not take: rows left by a crash or a broker outage, or a
+// publish that found the hand-off full.
+
+// handed is one send in the hand-off queue, with the end of its lease.
+type handed struct {
+	p     Pending
+	until time.Time
+}
+
+// handoff is the relay's in-memory queue of fresh sends and the record of
+// their outcomes.
+type handoff struct {
+	mu   sync.Mutex
+	free int  // places not reserved
+	on   bool // the relay runs and takes hand-offs
+	down bool // the last handed-off send failed: publishes go through claims
+	q    chan handed
+
+	// Outcomes waiting to be recorded.
+	recMu    sync.Mutex
+	sent     []uuid.UUID
+	failed   []uuid.UUID
+	expired  []Pending
+	recWake  chan struct{}
+	inflight sync.WaitGroup
+}
+
+func newHandoff(n int) *handoff {
+	return &handoff{free: n, q: make(chan handed, n), recWake: make(chan struct{}, 1)}
+}
+
+var _ HandOff = (*Relay)(nil)
+
+// Reserve implements HandOff: it takes n places in the hand-off queue and
+// returns the lease to store the sends with, or false when the queue is full,
+// the relay is not running, or the broker failed the last handed-off send
+// (then claims, which back off, carry the load).
+func (r *Relay) Reserve(n int) (Lease, bool) {
+	h := r.hand
+	if h == nil {
+		return Lease{}, false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.on || h.down || n > h.free {
+		return Lease{}, false
+	}
+	h.free -= n
+	return Lease{Owner: r.owner, Until: r.now().Add(r.cfg.Lease)}, true
+}
+
+// Unreserve implements HandOff: it gives back places of a publish that failed.
+func (r *Relay) Unreserve(n int) {
+	r.hand.mu.Lock()
+	r.hand.free += n
+	r.hand.mu.Unlock()
+}
+
+// HandOff implements HandOff: the sends of a committed publish, stored with
+// lease. It never blocks: their places were reserved.
+func (r *Relay) HandOff(lease Lease, p []Pending) {
+	for _, x := range p {
+		r.hand.q <- handed{p: x, until: lease.Until}
+	}
+}
+
+// setHandOff turns the hand-off on or off (off: Reserve fails).
+func (r *Relay) setHandOff(on bool) {
+	r.hand.mu.Lock()
+	r.hand.on = on
+	r.hand.mu.Unlock()
+}
+
+// setDown records whether the broker failed the last handed-off send.
+func (r *Relay) setDown(down bool) {
+	r.hand.mu.Lock()
+	r.hand.down = down
+	r.hand.mu.Unlock()
+}
+
+// stream sends handed-off sends until ctx is done, then gives the leases of
+// those it did not send back, so that a restart claims them at once.
+func (r *Relay) stream(ctx context.Context) {
+	h := r.hand
+	for {
+		select {
+		case <-ctx.Done():
+			r.setHandOff(false)
+			var left []uuid.UUID
+		drain:
+			for {
+				select {
+				case x := <-h.q:
+					left = append(left, x.p.ID)
+				default:
+					break drain
+				}
+			}
+			h.recMu.Lock()
+			h.failed = append(h.failed, left...)
+			h.recMu.Unlock()
+			return
+		case x := <-h.q:
+			h.mu.Lock()
+			h.free++
+			h.mu.Unlock()
+			r.streamOne(ctx, x)
+		}
+	}
+}
+
+// streamOne sends one handed-off send.
+func (r *Relay) streamOne(ctx context.Context, x handed) {
+	h := r.hand
+	now := r.now()
+	if !x.p.Event.ExpiresAt.IsZero() && !now.Before(x.p.Event.ExpiresAt) {
+		r.recordLater(func() { h.expired = append(h.expired, x.p) })
+		return
+	}
+	select {
+	case r.sem <- struct{}{}:
+	case <-ctx.Done():
+		r.recordLater(func() { h.failed = append(h.failed, x.p.ID) })
+		return
+	}
+	if r.now().Add(r.cfg.SendTimeout).After(x.until) {
+		// The queue waited so long that the send could outlive the lease:
+		// leave the row leased, for the claim after the lease.
+		<-r.sem
+		r.logger.WarnContext(ctx, "outbox relay: a handed-off send is left for a later claim: the broker is too slow to send it within its lease",
+			slog.String("send_id", x.p.ID.String()), slog.Duration("lease", r.cfg.Lease))
+		return
+	}
+	h.inflight.Add(1)
+	go func() {
+		defer h.inflight.Done()
+		defer func() { <-r.sem }()
+		// Not cancelled by a shutdown: a send cut off mid-way may have
+		// reached the broker, and would then go out twice.
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.SendTimeout)
+		err := r.broker.Send(sctx, Message(x.p, now))
+		cancel()
+		switch {
+		case errors.Is(err, broker.ErrExpired):
+			r.recordLater(func() { h.expired = append(h.expired, x.p) })
+		case err != nil:
+			r.setDown(true)
+			r.logger.DebugContext(ctx, "outbox relay: handed-off send failed; released for a claim", slog.Any("error", err),
+				slog.String("correlation_id", x.p.CorrelationID), slog.String("send_id", x.p.ID.String()))
+			r.recordLater(func() { h.failed = append(h.failed, x.p.ID) })
+			r.Notify() // the main loop claims it (and backs off while the broker fails)
+		default:
+			r.setDown(false)
+			r.recordLater(func() { h.sent = append(h.sent, x.p.ID) })
+		}
+	}()
+}
+
+// recordLater adds an outcome under the record lock and wakes the recorder.
+func (r *Relay) recordLater(add func()) {
+	r.hand.recMu.Lock()
+	add()
+	r.hand.recMu.Unlock()
+	select {
+	case r.hand.recWake <- struct{}{}:
+	default:
+	}
+}
+
+// record writes the outcomes of handed-off sends as they come: each write
+// takes all that finished while the one before ran (a group commit). When
+// ctx is done it waits for the sends in flight and writes the rest.
+func (r *Relay) record(ctx context.Context, streamDone <-chan struct{}) {
+	h := r.hand
+	backoff := 100 * time.Millisecond
+	for {
+		select {
+		case <-h.recWake:
+		case <-streamDone:
+			h.inflight.Wait()
+			r.flush(ctx)
+			return
+		}
+		r.linger(streamDone)
+		if err := r.flush(ctx); err != nil {
+			r.logger.WarnContext(ctx, "outbox relay: recording handed-off sends failed; retrying", slog.Any("error", err), slog.Duration("retry_in", backoff))
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-streamDone:
+				t.Stop()
+			}
+			backoff = min(backoff*2, 5*time.Second)
+			select {
+			case h.recWake <- struct{}{}:
+			default:
+			}
+			continue
+		}
+		backoff = 100 * time.Millisecond
+	}
+}
+
+// recordLinger is how long the recorder gathers outcomes before it writes
+// them, unless a batch's worth came sooner. Recording a receipt is not on
+// any delivery's path (only a lease lapsing before it would matter), and
+// writing as soon as each send finished cost one statement per 1–2 sends.
+const recordLinger = 20 * time.Millisecond
+
+// linger waits up to recordLinger for a batch of outcomes to gather.
+func (r *Relay) linger(streamDone <-chan struct{}) {
+	h := r.hand
+	t := time.NewTimer(recordLinger)
+	defer t.Stop()
+	for {
+		h.recMu.Lock()
+		n := len(h.sent) + len(h.failed) + len(h.expired)
+		h.recMu.Unlock()
+		if n >= r.cfg.Batch {
+			return
+		}
+		select {
+		case <-t.C:
+			return
+		case <-streamDone:
+			return
+		case <-h.recWake:
+		}
+	}
+}
+
+// flush records the outcomes gathered so far; on failure they stay for the
+// next flush.
+func (r *Relay) flush(ctx context.Context) error {
+	h := r.hand
+	h.recMu.Lock()
+	sent, failed, expired := h.sent, h.failed, h.expired
+	h.sent, h.failed, h.expired = nil, nil, nil
+	h.recMu.Unlock()
+	if len(sent)+len(failed)+len(expired) == 0 {
+		return nil
+	}
+	recorded := len(sent) + len(expired)
+	start := time.Now()
+	// As in a round: a confirmed send should be marked even during shutdown.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	expiredIDs := make([]uuid.UUID, len(expired))
+	for i, p := range expired {
+		expiredIDs[i] = p.ID
+	}
+	err := r.store.MarkSent(rctx, sent, r.now())
+	if err == nil {
+		r.obs.Relayed("sent", len(sent))
+		sent = nil
+		err = r.store.Complete(rctx, expiredIDs, StatusExpired, "expired before the broker accepted it", r.now())
+	}
+	if err == nil {
+		r.obs.Relayed("expired", len(expired))
+		for _, p := range expired {
+			r.logger.InfoContext(ctx, "send expired before it reached the broker", slog.String("send_id", p.ID.String()),
+				slog.String("correlation_id", p.CorrelationID))
+		}
+		expired = nil
+		err = r.store.Release(rctx, failed)
+	}
+	if err == nil {
+		r.obs.Relayed("failed", len(failed))
+		failed = nil
+	}
+	if err != nil {
+		h.recMu.Lock()
+		h.sent, h.failed, h.expired = append(h.sent, sent...), append(h.failed, failed...), append(h.expired, expired...)
+		h.recMu.Unlock()
+		return err
+	}
+	r.maybeVacuum(ctx, recorded)
+	if r.logger.Enabled(ctx, slog.LevelDebug) {
+		r.logger.DebugContext(ctx, "outbox relay: handed-off sends recorded", slog.Duration("record", time.Since(start)))
+	}
+	return nil
+}

@@ -1,0 +1,109 @@
+package publish_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/publish"
+)
+
+// handOffRelay is a relay that takes hand-offs while it has room.
+type handOffRelay struct {
+	free       int
+	notified   int
+	unreserved int
+	handed     []publish.Pending
+	lease      publish.Lease
+}
+
+func (h *handOffRelay) Notify() { h.notified++ }
+
+func (h *handOffRelay) Reserve(n int) (publish.Lease, bool) {
+	if n > h.free {
+		return publish.Lease{}, false
+	}
+	h.free -= n
+	return h.lease, true
+}
+
+func (h *handOffRelay) Unreserve(n int) { h.free += n; h.unreserved += n }
+
+func (h *handOffRelay) HandOff(lease publish.Lease, p []publish.Pending) {
+	if lease != h.lease {
+		panic("handed off under another lease")
+	}
+	h.handed = append(h.handed, p...)
+}
+
+// leaseStore records the lease each publish was stored with, and fails when told.
+type leaseStore struct {
+	memEvents
+	leases []publish.Lease
+	sends  []publish.Send
+	fail   error
+}
+
+func (s *leaseStore) Publish(ctx context.Context, events []publish.Event, sends []publish.Send, lease publish.Lease) error {
+	if s.fail != nil {
+		return s.fail
+	}
+	s.leases = append(s.leases, lease)
+	s.sends = append(s.sends, sends...)
+	return s.memEvents.Publish(ctx, events, sends, lease)
+}
+
+// TestPublishHandsOff: a publish reserves a hand-off place per send, stores
+// them leased to the relay and hands over each send with its event; when the
+// relay has no room it stores them unleased and notifies; when the store
+// fails it gives the places back.
+func TestPublishHandsOff(t *testing.T) {
+	ctx := context.Background()
+	now := func() time.Time { return time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC) }
+	relay := &handOffRelay{free: 3, lease: publish.Lease{Owner: "relay-1", Until: now().Add(time.Minute)}}
+	store := &leaseStore{}
+	svc := publish.NewService(fixedCatalog{}, fixedSubscribers{}, store, relay, broker.Destination{Address: "push", Queue: "dispatch"}, now)
+	v2 := 2
+	in := publish.Input{EventType: "order.created", EventTypeVersion: &v2, Payload: json.RawMessage(`{"a": 1}`),
+		Attributes: map[string]string{"k": "v"}}
+
+	// Version 2 goes to both subscriptions: 2 sends, handed off.
+	res, err := svc.Publish(ctx, "orders", []publish.Input{in}, "", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(store.leases) != 1 || store.leases[0] != relay.lease {
+		t.Fatalf("stored with leases %v, want the relay's", store.leases)
+	}
+	if len(relay.handed) != 2 || relay.notified != 0 || relay.free != 1 {
+		t.Fatalf("handed %d, notified %d, %d places free; want 2, 0, 1", len(relay.handed), relay.notified, relay.free)
+	}
+	ev := res[0].Event
+	for i, p := range relay.handed {
+		if p.Send != store.sends[i] || p.Event.ID != ev.ID || string(p.Event.Payload) != `{"a":1}` || p.Event.Attributes["k"] != "v" ||
+			p.Event.Destinations != 2 || !p.Event.ExpiresAt.Equal(now().Add(time.Minute)) {
+			t.Errorf("hand-off %d: %+v; want send %+v with its event %+v", i, p, store.sends[i], ev)
+		}
+	}
+
+	// No room for 2 more: stored unleased, the relay notified.
+	if _, err := svc.Publish(ctx, "orders", []publish.Input{in}, "", false); err != nil {
+		t.Fatal(err)
+	}
+	if store.leases[1] != (publish.Lease{}) || len(relay.handed) != 2 || relay.notified != 1 {
+		t.Errorf("full hand-off: lease %v, %d handed, notified %d; want no lease, 2, 1", store.leases[1], len(relay.handed), relay.notified)
+	}
+
+	// The store fails: the places come back.
+	relay.free = 10
+	store.fail = errors.New("database down")
+	if _, err := svc.Publish(ctx, "orders", []publish.Input{in}, "", false); err == nil {
+		t.Fatal("publish worked although the store failed")
+	}
+	if relay.free != 10 || relay.unreserved != 2 {
+		t.Errorf("after a failed store: %d places free, %d given back; want 10, 2", relay.free, relay.unreserved)
+	}
+}
