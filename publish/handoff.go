@@ -76,10 +76,30 @@ func (r *Relay) Unreserve(n int) {
 }
 
 // HandOff implements HandOff: the sends of a committed publish, stored with
-// lease. It never blocks: their places were reserved.
+// lease. It never blocks: their places were reserved. Should the relay have
+// stopped meanwhile (a shutdown that outlasted its grace), it releases them
+// at once, so that the next claim takes them instead of waiting for the lease.
 func (r *Relay) HandOff(lease Lease, p []Pending) {
-	for _, x := range p {
-		r.hand.q <- handed{p: x, until: lease.Until}
+	h := r.hand
+	h.mu.Lock()
+	if h.on {
+		for _, x := range p {
+			h.q <- handed{p: x, until: lease.Until}
+		}
+		h.mu.Unlock()
+		return
+	}
+	h.free += len(p)
+	h.mu.Unlock()
+	ids := make([]uuid.UUID, len(p))
+	for i, x := range p {
+		ids[i] = x.ID
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := r.store.Release(ctx, ids); err != nil {
+		r.logger.Warn("outbox relay: could not release sends handed off after it stopped; they wait for their lease",
+			slog.Any("error", err), slog.Int("sends", len(ids)))
 	}
 }
 
@@ -143,11 +163,13 @@ func (r *Relay) streamOne(ctx context.Context, x handed) {
 		return
 	}
 	if r.now().Add(r.cfg.SendTimeout).After(x.until) {
-		// The queue waited so long that the send could outlive the lease:
-		// leave the row leased, for the claim after the lease.
+		// The queue waited so long that the send could outlive its lease
+		// (and another relay could claim and send it too): release it for
+		// a claim, which leases it afresh.
 		<-r.sem
-		r.logger.WarnContext(ctx, "outbox relay: a handed-off send is left for a later claim: the broker is too slow to send it within its lease",
+		r.logger.WarnContext(ctx, "outbox relay: a handed-off send waited too long to be sent within its lease; released for a claim",
 			slog.String("send_id", x.p.ID.String()), slog.Duration("lease", r.cfg.Lease))
+		r.recordLater(func() { h.failed = append(h.failed, x.p.ID) })
 		return
 	}
 	h.inflight.Add(1)
@@ -167,7 +189,6 @@ func (r *Relay) streamOne(ctx context.Context, x handed) {
 			r.logger.DebugContext(ctx, "outbox relay: handed-off send failed; released for a claim", slog.Any("error", err),
 				slog.String("correlation_id", x.p.CorrelationID), slog.String("send_id", x.p.ID.String()))
 			r.recordLater(func() { h.failed = append(h.failed, x.p.ID) })
-			r.Notify() // the main loop claims it (and backs off while the broker fails)
 		default:
 			r.setDown(false)
 			r.recordLater(func() { h.sent = append(h.sent, x.p.ID) })
@@ -197,7 +218,10 @@ func (r *Relay) record(ctx context.Context, streamDone <-chan struct{}) {
 		case <-h.recWake:
 		case <-streamDone:
 			h.inflight.Wait()
-			r.flush(ctx)
+			if err := r.flush(ctx); err != nil {
+				r.logger.WarnContext(ctx, "outbox relay: could not record the last handed-off sends; sent ones may go out again after their lease",
+					slog.Any("error", err))
+			}
 			return
 		}
 		r.linger(streamDone)
@@ -285,6 +309,9 @@ func (r *Relay) flush(ctx context.Context) error {
 	}
 	if err == nil {
 		r.obs.Relayed("failed", len(failed))
+		if len(failed) > 0 {
+			r.Notify() // a claim takes them (and backs off while the broker fails)
+		}
 		failed = nil
 	}
 	if err != nil {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/subscriptions"
 )
 
 // handOffRelay is a relay that takes hand-offs while it has room.
@@ -105,5 +107,36 @@ func TestPublishHandsOff(t *testing.T) {
 	}
 	if relay.free != 10 || relay.unreserved != 2 {
 		t.Errorf("after a failed store: %d places free, %d given back; want 10, 2", relay.free, relay.unreserved)
+	}
+}
+
+// noSubscribers: a room nobody subscribes to.
+type noSubscribers struct{}
+
+func (noSubscribers) Subscriptions(context.Context, subscriptions.Query) ([]subscriptions.Subscription, error) {
+	return nil, nil
+}
+
+// TestPublishHandOffOff: with the relay's hand-off off (OUTBOX_HANDOFF=0) a
+// publish notifies, and one that the store fails, with or without sends,
+// just fails (it once gave back places it never took, and panicked).
+func TestPublishHandOffOff(t *testing.T) {
+	now := func() time.Time { return time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC) }
+	store := &leaseStore{fail: errors.New("database down")}
+	relay := publish.NewRelay(store, nil, publish.RelayConfig{Batch: 1, Concurrency: 1, Poll: time.Hour, Lease: time.Minute}, now, slog.New(slog.DiscardHandler))
+	in := publish.Input{EventType: "order.created", Payload: json.RawMessage(`{"orderId": "1"}`)}
+	for _, subs := range []publish.Subscribers{fixedSubscribers{}, noSubscribers{}} {
+		svc := publish.NewService(fixedCatalog{}, subs, store, relay, broker.Destination{Address: "push", Queue: "dispatch"}, now)
+		if _, err := svc.Publish(context.Background(), "orders", []publish.Input{in}, "", false); err == nil {
+			t.Errorf("%T: publish worked although the store failed", subs)
+		}
+	}
+	store.fail = nil
+	svc := publish.NewService(fixedCatalog{}, fixedSubscribers{}, store, relay, broker.Destination{Address: "push", Queue: "dispatch"}, now)
+	if _, err := svc.Publish(context.Background(), "orders", []publish.Input{in}, "", false); err != nil {
+		t.Fatal(err)
+	}
+	if store.leases[0] != (publish.Lease{}) {
+		t.Errorf("stored with lease %+v although the hand-off is off", store.leases[0])
 	}
 }

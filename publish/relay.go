@@ -181,12 +181,12 @@ func (r *Relay) Run(ctx context.Context) {
 	}
 	var wg sync.WaitGroup
 	streamDone := make(chan struct{})
+	r.setHandOff(true) // before stream starts: it turns the hand-off off when ctx ends
 	wg.Go(func() {
 		defer close(streamDone)
 		r.stream(ctx)
 	})
 	wg.Go(func() { r.record(ctx, streamDone) })
-	r.setHandOff(true)
 	r.loop(ctx)
 	wg.Wait()
 }

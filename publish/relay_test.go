@@ -370,6 +370,7 @@ func TestRelayHandOff(t *testing.T) {
 		}
 		r.HandOff(lease, p)
 		handed++
+		time.Sleep(10 * time.Millisecond)
 	}
 	lease, _ := r.Reserve(1)
 	expired := o.addLeased(time.Now().Add(-time.Second))
@@ -385,9 +386,16 @@ func TestRelayHandOff(t *testing.T) {
 		t.Errorf("%d distinct sends (want 1000), expired one sent %d times", len(b.got), b.got[expired.ID.String()])
 	}
 	b.mu.Unlock()
-	if handed == 0 {
-		t.Error("nothing was handed off")
+	if handed < 20 {
+		t.Errorf("%d of 40 publishes handed off; want most (the hand-off holds 4 at once and drains in ~4 ms, 10 ms apart)", handed)
 	}
+	waitFor(t, "every place to come back", func() bool {
+		if _, ok := r.Reserve(100); ok {
+			r.Unreserve(100)
+			return true
+		}
+		return false
+	})
 	if claims := o.claims.Load(); notified == 0 && claims > 1 {
 		t.Errorf("%d claims although every publish was handed off", claims)
 	}
@@ -454,5 +462,52 @@ func TestRelayHandOffShutdown(t *testing.T) {
 	}
 	if released != 10 || o.count(StatusPending) != 10 {
 		t.Errorf("%d of the 10 queued sends released, %d pending; want all 10 released, unsent", released, o.count(StatusPending))
+	}
+}
+
+// TestRelayHandOffLeaseTooShort: a handed-off send that could not be sent
+// within its lease is released for a claim (which leases it afresh), not
+// left leased until the lease lapses.
+func TestRelayHandOffLeaseTooShort(t *testing.T) {
+	t.Parallel()
+	o, b, r := handOffRelay()
+	stop := runRelay(t, r)
+	defer stop()
+	lease, _ := r.Reserve(1)
+	lease.Until = time.Now().Add(100 * time.Millisecond) // under the relay's 1 s SendTimeout
+	p := o.addLeased(time.Time{})
+	r.HandOff(lease, []Pending{p})
+	waitFor(t, "the send", func() bool { return o.count(StatusSent) == 1 })
+	if o.claims.Load() == 0 {
+		t.Error("sent without a claim although its lease was too short")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.got[p.ID.String()] != 1 {
+		t.Errorf("sent %d times, want 1", b.got[p.ID.String()])
+	}
+}
+
+// TestRelayHandOffAfterStop: a publish that reserved before the relay
+// stopped and hands off after it (a shutdown past its grace) has its sends
+// released at once.
+func TestRelayHandOffAfterStop(t *testing.T) {
+	t.Parallel()
+	o, b, r := handOffRelay()
+	stop := runRelay(t, r)
+	lease, _ := r.Reserve(2)
+	stop()
+	p := []Pending{o.addLeased(time.Time{}), o.addLeased(time.Time{})}
+	r.HandOff(lease, p)
+	for _, x := range p {
+		if o.claimed(x.ID) {
+			t.Errorf("send %s still leased after a hand-off to a stopped relay", x.ID)
+		}
+	}
+	if b.tries.Load() != 0 {
+		t.Errorf("%d sends tried by a stopped relay", b.tries.Load())
+	}
+	if r.hand.free != 100 {
+		t.Errorf("%d places free after the release, want all 100", r.hand.free)
 	}
 }

@@ -188,9 +188,12 @@ func (s *Service) Publish(ctx context.Context, ref string, inputs []Input, idemp
 			return nil, err
 		}
 	}
-	var lease Lease
-	hand, handing := s.relay.(HandOff)
-	if handing && len(sends) > 0 {
+	var (
+		lease   Lease
+		handing bool
+	)
+	hand, ok := s.relay.(HandOff)
+	if ok && len(sends) > 0 {
 		lease, handing = hand.Reserve(len(sends))
 	}
 	if err := s.store.Publish(ctx, events, sends, lease); err != nil {

@@ -130,7 +130,7 @@ var settings = []setting{
 	}},
 	{"PUSH_MAX_RETRY_AFTER", "push-max-retry-after", "1h", "longest delay a Retry-After header can ask for", durationInto(func(c *Config) *time.Duration { return &c.Push.MaxRetryAfter })},
 	{"OUTBOX_POLL_INTERVAL", "outbox-poll", "1s", "how often the outbox relay looks for sends left pending (by a crash or a broker outage)", durationInto(func(c *Config) *time.Duration { return &c.Outbox.Poll })},
-	{"OUTBOX_HANDOFF", "outbox-handoff", "4096", "fresh sends a publish may hand to its process's outbox relay in memory, so that they go to the broker at once instead of waiting for a claim (0: every publish waits for a claim)", intInto(0, 1000000, func(c *Config) *int { return &c.Outbox.HandOff })},
+	{"OUTBOX_HANDOFF", "outbox-handoff", "4096", "fresh sends a publish may hand to its process's outbox relay in memory, so that they go to the broker at once instead of waiting for a claim (0: every publish waits for a claim)", intInto(0, 100000, func(c *Config) *int { return &c.Outbox.HandOff })},
 	{"EVENT_RETENTION", "event-retention", "168h", "how long events and their log are kept when the room does not expire them sooner (at least 24h, the idempotency window)", durationInto(func(c *Config) *time.Duration { return &c.Outbox.Retention })},
 	{"PURGE_INTERVAL", "purge-interval", "10m", "how often expired events and logs are purged", durationInto(func(c *Config) *time.Duration { return &c.Outbox.PurgeInterval })},
 	{"LOG_LEVEL", "log-level", "info", "debug, info, warn or error", func(c *Config, v string) error {
