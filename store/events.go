@@ -221,21 +221,7 @@ const maxOneStatementArgs = 30000
 func publishStatement(events []publish.Event, sends []publish.Send, lease publish.Lease) (string, []any) {
 	var b strings.Builder
 	args := make([]any, 0, len(events)*len(eventColumns)+len(sends)*(len(sendColumns)+len(outboxColumns)))
-	values := func(n, cols int) {
-		for i := range n {
-			if i > 0 {
-				b.WriteString(", ")
-			}
-			b.WriteString("(")
-			for c := range cols {
-				if c > 0 {
-					b.WriteString(", ")
-				}
-				b.WriteString("?")
-			}
-			b.WriteString(")")
-		}
-	}
+	values := func(n, cols int) { placeholders(&b, n, cols) }
 	b.WriteString("WITH e AS (INSERT INTO events (" + strings.Join(eventColumns, ", ") + ") VALUES ")
 	values(len(events), len(eventColumns))
 	for _, e := range events {
@@ -266,6 +252,23 @@ func publishStatement(events []publish.Event, sends []publish.Send, lease publis
 		args = append(args, r.ID, r.CreatedAt.UTC(), lease.Owner, timePtr(lease.Until))
 	}
 	return b.String(), args
+}
+
+// placeholders writes n rows of cols placeholders: (?, ?), (?, ?), ...
+func placeholders(b *strings.Builder, n, cols int) {
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("(")
+		for c := range cols {
+			if c > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString("?")
+		}
+		b.WriteString(")")
+	}
 }
 
 // EventByIdempotencyKey implements publish.Store.
