@@ -208,6 +208,13 @@ func (p *Dispatcher) Run(ctx context.Context) error {
 		})
 	}
 	p.logger.InfoContext(ctx, "push dispatcher consuming", slog.String("queue", p.cfg.Queue.FQQN()), slog.Int("workers", p.cfg.Workers))
+	// How often slow subscriptions' backlogs are cut back (see scheduler.shed).
+	var shed <-chan time.Time
+	if p.cfg.SlowAfter > 0 {
+		t := time.NewTicker(max(p.cfg.SlowAfter/4, 10*time.Millisecond))
+		defer t.Stop()
+		shed = t.C
+	}
 
 read:
 	for {
@@ -222,6 +229,10 @@ read:
 		case <-ctx.Done():
 			break read
 		case <-changed:
+		case <-shed:
+			for _, j := range sched.shed() {
+				p.deferSlow(workCtx, j)
+			}
 		case d, ok := <-in:
 			if !ok {
 				break read
@@ -257,9 +268,15 @@ func (p *Dispatcher) accept(ctx context.Context, sched *scheduler, d *broker.Del
 		return
 	}
 	j := &job{key: subID, d: d}
-	if sched.add(j) {
-		return
+	if !sched.add(j) {
+		p.deferSlow(ctx, j)
 	}
+}
+
+// deferSlow re-queues a message of a slow subscription for later, without
+// an attempt.
+func (p *Dispatcher) deferSlow(ctx context.Context, j *job) {
+	d := j.d
 	// Each deferral of the same message waits twice as long (up to a
 	// minute), so a hanging endpoint's messages do not churn every second.
 	held, _ := strconv.Atoi(d.Headers[headerHeld])

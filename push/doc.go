@@ -28,8 +28,11 @@
 //     PAUSED one's are held: republished with a growing delay, not counted as
 //     attempts, until the subscription is ACTIVE again.
 //   - One slow endpoint cannot hold the others back: each subscription has a
-//     bound on concurrent requests and on messages waiting in memory; past it
-//     messages are deferred (republished after a short delay), not queued.
+//     bound on concurrent requests; its messages beyond that wait in memory
+//     while it is quick, but once one of its requests has run for SlowAfter
+//     (1 s) all but Backlog (64) of them are deferred (republished after a
+//     delay that doubles with each deferral), and so is every new one, so
+//     that the prefetch window stays open for the other subscriptions.
 //   - A database outage is not a delivery failure: while the database does
 //     not answer the dispatcher reads no message and starts no request (the
 //     broker keeps them, unacked); a request already made keeps its outcome

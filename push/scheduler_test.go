@@ -321,3 +321,53 @@ func TestSchedulerDefersOnlySlowSubscriptions(t *testing.T) {
 		t.Fatal("refused once no request of the subscription was hanging")
 	}
 }
+
+// TestSchedulerShedsSlowBacklogs: a backlog that grew past its limit while
+// its subscription was busy is cut back to the limit (newest out) once a
+// request of it hangs; a busy subscription's and other backlogs are kept.
+func TestSchedulerShedsSlowBacklogs(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { return now }
+	s := newScheduler(1, 2, time.Second, clock)
+	slowKey, busyKey := uuid.New(), uuid.New()
+	var slowJobs []*job
+	for range 6 {
+		j := &job{key: slowKey}
+		slowJobs = append(slowJobs, j)
+		if !s.add(j) {
+			t.Fatal("a busy subscription's message was refused")
+		}
+	}
+	if got := s.take(); got != slowJobs[0] {
+		t.Fatalf("took %v", got)
+	}
+	if shed := s.shed(); len(shed) != 0 {
+		t.Fatalf("shed %d jobs of a subscription that is busy, not slow", len(shed))
+	}
+	now = now.Add(2 * time.Second) // slowKey's request hangs
+	for range 4 {
+		if !s.add(&job{key: busyKey}) {
+			t.Fatal("a busy subscription's message was refused")
+		}
+	}
+	busy := s.take() // started now: busy, not slow
+	if busy.key != busyKey {
+		t.Fatalf("took %v", busy)
+	}
+	shed := s.shed()
+	if len(shed) != 3 || shed[0] != slowJobs[3] || shed[1] != slowJobs[4] || shed[2] != slowJobs[5] {
+		t.Fatalf("shed %d jobs; want the 3 newest of the slow subscription's backlog of 5", len(shed))
+	}
+	if n := s.pending(); n != 1+2+4 {
+		t.Errorf("%d jobs pending after shedding, want 7 (1 running + 2 kept, busy's 4)", n)
+	}
+	if again := s.shed(); len(again) != 0 {
+		t.Errorf("shed %d more from a backlog at its limit", len(again))
+	}
+	// The kept ones run in order once the hanging request ends.
+	s.done(slowJobs[0])
+	if got := s.take(); got != slowJobs[1] {
+		t.Errorf("after the hang took %v, want the oldest kept job", got)
+	}
+}

@@ -1,0 +1,102 @@
+package push
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/rooms"
+	"github.com/roomhub/messaging-api/subscriptions"
+)
+
+// twoSubs is a Directory and Log with a hanging and a fast subscription.
+type twoSubs struct {
+	subs map[uuid.UUID]subscriptions.Subscription
+	mu   sync.Mutex
+	out  map[publish.Status]int
+}
+
+func (d *twoSubs) PushTarget(_ context.Context, _, id uuid.UUID) (rooms.Room, subscriptions.Subscription, error) {
+	return rooms.Room{DeliveryAttempts: 1}, d.subs[id], nil
+}
+
+func (d *twoSubs) Settle(_ context.Context, s Settlement) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.out[s.Attempt.Status]++
+	return nil
+}
+
+func (d *twoSubs) MarkSent(context.Context, []uuid.UUID, time.Time) error { return nil }
+func (d *twoSubs) Release(context.Context, []uuid.UUID) error             { return nil }
+
+// TestDispatcherIsolatesAHangingEndpoint: messages of an endpoint that
+// hangs fill the prefetch window while it merely looks busy; once its
+// requests count as slow, its backlog beyond the limit is deferred, so the
+// window opens again for a fast endpoint queued behind them. (Before, the
+// held messages kept their slots until the hanging requests timed out.)
+func TestDispatcherIsolatesAHangingEndpoint(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	hang := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	var fastGot atomic.Int32
+	fast := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		fastGot.Add(1)
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	t.Cleanup(func() { close(release); hang.Close(); fast.Close() })
+	slowSub := subscriptions.Subscription{ID: uuid.New(), Type: subscriptions.TypePush, PushURL: hang.URL, Status: subscriptions.StatusActive}
+	fastSub := subscriptions.Subscription{ID: uuid.New(), Type: subscriptions.TypePush, PushURL: fast.URL, Status: subscriptions.StatusActive}
+	db := &twoSubs{subs: map[uuid.UUID]subscriptions.Subscription{slowSub.ID: slowSub, fastSub.ID: fastSub}, out: map[publish.Status]int{}}
+
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	b := broker.NewEmbedded(logger)
+	t.Cleanup(func() { _ = b.Close() })
+	queue := broker.Destination{Address: "push", Queue: "push"}
+	cfg := DefaultConfig(queue)
+	// A window of 12: 2 hanging requests + 10 held messages fill it.
+	cfg.Workers, cfg.PerSubscription, cfg.Backlog, cfg.Prefetch = 8, 2, 2, 12
+	cfg.SlowAfter, cfg.ShutdownGrace = 100*time.Millisecond, 100*time.Millisecond
+	d := New(cfg, b, db, db, NewHTTPClient(10*time.Second, loopbackAllowed()), time.Now, logger)
+	send := func(sub uuid.UUID) {
+		ev := publish.Event{ID: uuid.New(), RoomID: uuid.New(), EventType: "tick", Version: 1, Payload: []byte(`{}`), PublishedAt: time.Now()}
+		s := publish.Send{ID: uuid.New(), EventID: ev.ID, RoomID: ev.RoomID, CorrelationID: "c", SubscriptionID: sub,
+			Destination: queue.FQQN(), Attempt: 1, CreatedAt: time.Now()}
+		if err := b.Send(context.Background(), publish.Message(publish.Pending{Send: s, Event: ev}, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 12 {
+		send(slowSub.ID)
+	}
+	for range 20 {
+		send(fastSub.ID)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	// The hanging requests last 10 s; the fast endpoint must not wait for them.
+	eventually(t, 3*time.Second, "the fast endpoint's 20 deliveries", func() bool { return fastGot.Load() == 20 })
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if db.out[StatusDeferred] != 8 {
+		t.Errorf("%d deferrals, want the 8 held messages beyond the backlog of 2", db.out[StatusDeferred])
+	}
+}
