@@ -345,23 +345,23 @@ func (s *Events) Sends(ctx context.Context, eventIDs []uuid.UUID) ([]publish.Sen
 // dropped rather than sent again.
 func (s *Events) ClaimPending(ctx context.Context, owner string, until time.Time, limit int) ([]publish.Pending, error) {
 	now := time.Now().UTC()
-	lock := ""
-	if s.db.dialect == Postgres {
-		lock = " FOR UPDATE SKIP LOCKED"
-	}
-	claim := `UPDATE outbox SET claimed_by = ?, claimed_until = ?
-		WHERE send_id IN (SELECT send_id FROM outbox
-			WHERE claimed_until IS NULL OR claimed_until < ?
-			ORDER BY send_id LIMIT ?` + lock + `)
-		RETURNING send_id`
 	var ids []uuid.UUID
 	var rows []sendRow
 	if s.db.dialect == Postgres {
 		// One round trip: the claim and its log rows. (A log row cannot be
 		// missing: purging it deletes its outbox row, ON DELETE CASCADE.)
-		err := s.tx(ctx).Raw(`WITH c AS (`+claim+`)
+		// The candidates are locked in a CTE of their own, evaluated once:
+		// as a subquery of the UPDATE's WHERE, PostgreSQL re-ran it when the
+		// UPDATE met a row another relay had just changed, and the claim
+		// took more than limit rows (484 of 200 seen, in a claim that took
+		// 7.5 s while two relays claimed from a 5000-row outbox).
+		err := s.tx(ctx).Raw(`WITH picked AS MATERIALIZED (SELECT send_id FROM outbox
+				WHERE claimed_until IS NULL OR claimed_until < ?
+				ORDER BY send_id LIMIT ? FOR UPDATE SKIP LOCKED),
+			c AS (UPDATE outbox o SET claimed_by = ?, claimed_until = ? FROM picked
+				WHERE o.send_id = picked.send_id RETURNING o.send_id)
 			SELECT p.* FROM c JOIN published_messages p ON p.id = c.send_id ORDER BY p.id`,
-			owner, until.UTC(), now, limit).Scan(&rows).Error
+			now, limit, owner, until.UTC()).Scan(&rows).Error
 		if err != nil {
 			return nil, translate(err, nil, nil)
 		}
@@ -369,7 +369,12 @@ func (s *Events) ClaimPending(ctx context.Context, owner string, until time.Time
 			ids = append(ids, r.ID)
 		}
 	} else {
-		// SQLite has no UPDATE in a WITH clause.
+		// SQLite has no UPDATE in a WITH clause, nor row locks: one writer.
+		claim := `UPDATE outbox SET claimed_by = ?, claimed_until = ?
+			WHERE send_id IN (SELECT send_id FROM outbox
+				WHERE claimed_until IS NULL OR claimed_until < ?
+				ORDER BY send_id LIMIT ?)
+			RETURNING send_id`
 		if err := s.tx(ctx).Raw(claim, owner, until.UTC(), now, limit).Scan(&ids).Error; err != nil {
 			return nil, translate(err, nil, nil)
 		}

@@ -2,9 +2,11 @@ package store_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -311,5 +313,64 @@ func TestOutboxMigration(t *testing.T) {
 				t.Errorf("claimed %v, want %v (the other keeps its lease)", got, ids[:1])
 			}
 		})
+	}
+}
+
+// TestOutboxConcurrentClaimsRespectTheLimit: relays of several processes
+// claim at once while others release rows; no claim takes more than its
+// limit nor a row another claim holds. (With the candidates picked in an
+// IN (… LIMIT … FOR UPDATE SKIP LOCKED) subquery, PostgreSQL re-ran the
+// subquery when the UPDATE met a row changed meanwhile: claims of 484 rows
+// with a limit of 200, one taking 7.5 s.)
+func TestOutboxConcurrentClaimsRespectTheLimit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ev := storetest.Open(t, store.Postgres).Events()
+	outboxFixture(t, ev, 3000, false)
+	const limit = 50
+	var mu sync.Mutex
+	held := map[uuid.UUID]string{}
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for w := range 8 {
+		owner := fmt.Sprintf("relay-%d", w)
+		wg.Go(func() {
+			for range 40 {
+				ps, err := ev.ClaimPending(ctx, owner, time.Now().Add(time.Minute), limit)
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(ps) > limit {
+					errs <- fmt.Errorf("%s claimed %d rows with a limit of %d", owner, len(ps), limit)
+				}
+				ids := make([]uuid.UUID, len(ps))
+				mu.Lock()
+				for i, p := range ps {
+					if other, ok := held[p.ID]; ok {
+						errs <- fmt.Errorf("%s claimed %s, which %s holds", owner, p.ID, other)
+					}
+					held[p.ID] = owner
+					ids[i] = p.ID
+				}
+				mu.Unlock()
+				if w%4 != 3 { // most relays give their rows back at once
+					mu.Lock()
+					for _, id := range ids {
+						delete(held, id)
+					}
+					mu.Unlock()
+					if err := ev.Release(ctx, ids); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }
