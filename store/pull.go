@@ -87,14 +87,7 @@ func (s *Leases) AddLeases(ctx context.Context, leases []pull.Lease, expired []p
 				return err
 			}
 		}
-		expired = slices.Clone(expired)
-		slices.SortStableFunc(expired, func(a, b pull.Settlement) int { return bySendID(a.SendID, b.SendID) })
-		for _, st := range expired {
-			if err := settleSend(tx, st.SendID, st.Attempt, st.DeadLetter, st.Resend, "", time.Time{}); err != nil {
-				return err
-			}
-		}
-		return nil
+		return s.recordSettlements(tx, expired)
 	})
 	return translate(err, nil, nil)
 }
