@@ -20,6 +20,7 @@ import (
 
 	"github.com/glebarez/sqlite"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -60,7 +61,10 @@ func Open(ctx context.Context, databaseURL string, log *slog.Logger) (*DB, error
 	switch {
 	case strings.HasPrefix(databaseURL, "postgres://"), strings.HasPrefix(databaseURL, "postgresql://"):
 		dialect = Postgres
-		db, err = gorm.Open(postgres.Open(databaseURL), cfg)
+		db, err = gorm.Open(postgres.New(postgres.Config{
+			DSN:          databaseURL,
+			OptionOpenDB: []stdlib.OptionOpenDB{stdlib.OptionAfterConnect(registerUUID)},
+		}), cfg)
 	case strings.HasPrefix(databaseURL, "sqlite:"):
 		dialect = SQLite
 		var dsn string
