@@ -128,8 +128,9 @@ func (s *Service) Publish(ctx context.Context, ref string, inputs []Input, idemp
 	if err := mayPublish(api.CallerFrom(ctx), room.ID, inputs, batch); err != nil {
 		return nil, err
 	}
-	hash := requestHash(inputs)
+	var hash string // only a keyed request is compared with a replay
 	if idempotencyKey != "" {
+		hash = requestHash(inputs)
 		if len(idempotencyKey) > maxIdempotencyKey || !printableHeader.MatchString(idempotencyKey) {
 			return nil, api.Invalid("Idempotency-Key", fmt.Sprintf("must be 1 to %d printable ASCII characters", maxIdempotencyKey))
 		}
