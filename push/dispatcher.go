@@ -121,7 +121,12 @@ type Config struct {
 // DefaultConfig suits one dispatcher process on two cores.
 func DefaultConfig(queue broker.Destination) Config {
 	return Config{
-		Queue: queue, Workers: 64, PerSubscription: 16, Backlog: 64, SlowAfter: time.Second, Prefetch: 128,
+		// SlowAfter: a quarter of a second marks a hanging endpoint soon
+		// enough that its backlog takes few prefetch slots for long (1 s
+		// gave the fast endpoint beside it 0.44–0.55 × of push alone, 250 ms
+		// 0.58–0.61 ×; docs/benchmarks.md, session 5), and still far above
+		// what a webhook receiver that answers at once takes.
+		Queue: queue, Workers: 64, PerSubscription: 16, Backlog: 64, SlowAfter: 250 * time.Millisecond, Prefetch: 128,
 		Timeout: 15 * time.Second, MaxResponseBody: 4 << 10, MaxRetryAfter: time.Hour,
 		DeferDelay: time.Second, PausedDelay: 10 * time.Second, CacheTTL: 2 * time.Second,
 		ShutdownGrace: 10 * time.Second,

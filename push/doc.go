@@ -30,7 +30,7 @@
 //   - One slow endpoint cannot hold the others back: each subscription has a
 //     bound on concurrent requests; its messages beyond that wait in memory
 //     while it is quick, but once one of its requests has run for SlowAfter
-//     (1 s) all but Backlog (64) of them are deferred (republished after a
+//     (250 ms) all but Backlog (64) of them are deferred (republished after a
 //     delay that doubles with each deferral), and so is every new one, so
 //     that the prefetch window stays open for the other subscriptions.
 //   - A database outage is not a delivery failure: while the database does
