@@ -121,12 +121,16 @@ type Config struct {
 // DefaultConfig suits one dispatcher process on two cores.
 func DefaultConfig(queue broker.Destination) Config {
 	return Config{
+		// Prefetch 256: a hanging subscription holds up to 80 messages
+		// (PerSubscription running + Backlog waiting) and its deferrals in
+		// progress more; with 128 the fast ones beside it had too few slots
+		// left once a subscription's slot was freed before the commit.
 		// SlowAfter: a quarter of a second marks a hanging endpoint soon
 		// enough that its backlog takes few prefetch slots for long (1 s
 		// gave the fast endpoint beside it 0.44–0.55 × of push alone, 250 ms
 		// 0.58–0.61 ×; docs/benchmarks.md, session 5), and still far above
 		// what a webhook receiver that answers at once takes.
-		Queue: queue, Workers: 64, PerSubscription: 16, Backlog: 64, SlowAfter: 250 * time.Millisecond, Prefetch: 128,
+		Queue: queue, Workers: 64, PerSubscription: 16, Backlog: 64, SlowAfter: 250 * time.Millisecond, Prefetch: 256,
 		Timeout: 15 * time.Second, MaxResponseBody: 4 << 10, MaxRetryAfter: time.Hour,
 		DeferDelay: time.Second, PausedDelay: 10 * time.Second, CacheTTL: 2 * time.Second,
 		ShutdownGrace: 10 * time.Second,
@@ -174,6 +178,9 @@ func New(cfg Config, b Broker, dir Directory, log Log, client *http.Client, now 
 type job struct {
 	key uuid.UUID // subscription id
 	d   *broker.Delivery
+	// finished is set by the scheduler's done (guarded by its lock), which
+	// may be called twice: once the request is over, and by the worker.
+	finished bool
 }
 
 // Run consumes until ctx is done, then stops taking messages, lets in-flight
@@ -206,7 +213,7 @@ func (p *Dispatcher) Run(ctx context.Context) error {
 			// during an outage waits here, unacked, and is not attempted.
 			for j := sched.take(); j != nil; j = sched.take() {
 				if p.gate.wait(workCtx) {
-					p.handle(workCtx, j)
+					p.handle(workCtx, j, func() { sched.done(j) })
 				}
 				sched.done(j)
 			}
@@ -318,8 +325,20 @@ type decision struct {
 }
 
 // handle settles one message, retrying while the database or broker fails.
-func (p *Dispatcher) handle(ctx context.Context, j *job) {
-	p.retryUntilDone(ctx, j, func(ctx context.Context) (decision, error) { return p.deliver(ctx, j) })
+// handle attempts j and settles the outcome. requestOver runs once the
+// attempt is decided, before its outcome is stored: a subscription's slot
+// bounds the requests to its endpoint, not the group commit its worker
+// waits on afterwards. Held through the commit, it capped one subscription
+// at PerSubscription outcomes per commit latency (push alone ran at ~2000/s
+// for its first 2 s; docs/benchmarks.md, session 5).
+func (p *Dispatcher) handle(ctx context.Context, j *job, requestOver func()) {
+	p.retryUntilDone(ctx, j, func(ctx context.Context) (decision, error) {
+		dec, err := p.deliver(ctx, j)
+		if err == nil {
+			requestOver()
+		}
+		return dec, err
+	})
 }
 
 // retryUntilDone decides what to do with j once (decide retried until it

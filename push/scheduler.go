@@ -120,6 +120,10 @@ func (s *scheduler) slow(key uuid.UUID) bool {
 func (s *scheduler) done(j *job) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if j.finished {
+		return
+	}
+	j.finished = true
 	if delete(s.running[j.key], j); len(s.running[j.key]) == 0 {
 		delete(s.running, j.key)
 	}

@@ -371,3 +371,30 @@ func TestSchedulerShedsSlowBacklogs(t *testing.T) {
 		t.Errorf("after the hang took %v, want the oldest kept job", got)
 	}
 }
+
+// TestSchedulerDoneTwice: done is called once the request is over and again
+// by the worker; the second call must not free another slot.
+func TestSchedulerDoneTwice(t *testing.T) {
+	s := newScheduler(1, 10, 0, time.Now)
+	key := uuid.New()
+	a, b, c := &job{key: key}, &job{key: key}, &job{key: key}
+	for _, j := range []*job{a, b, c} {
+		if !s.add(j) {
+			t.Fatal("add refused")
+		}
+	}
+	if s.take() != a {
+		t.Fatal("first take is not a")
+	}
+	s.done(a) // promotes b
+	s.done(a) // must not promote c as well
+	if got := s.take(); got != b {
+		t.Fatal("second take is not b")
+	}
+	s.mu.Lock()
+	ready := len(s.ready)
+	s.mu.Unlock()
+	if ready != 0 {
+		t.Fatalf("%d jobs ready with 1 slot and b running, want 0", ready)
+	}
+}

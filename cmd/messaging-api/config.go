@@ -116,7 +116,7 @@ var settings = []setting{
 	}},
 	{"PUSH_WORKERS", "push-workers", "64", "concurrent push deliveries per dispatcher process", intInto(1, 4096, func(c *Config) *int { return &c.Push.Workers })},
 	{"PUSH_PER_SUBSCRIPTION", "push-per-subscription", "16", "concurrent push deliveries to one subscription (so one slow endpoint cannot take every worker)", intInto(1, 4096, func(c *Config) *int { return &c.Push.PerSubscription })},
-	{"PUSH_PREFETCH", "push-prefetch", "128", "unacknowledged push messages the broker hands one dispatcher", intInto(1, 10000, func(c *Config) *int { return &c.Push.Prefetch })},
+	{"PUSH_PREFETCH", "push-prefetch", "256", "unacknowledged push messages the broker hands one dispatcher", intInto(1, 10000, func(c *Config) *int { return &c.Push.Prefetch })},
 	{"PUSH_TIMEOUT", "push-timeout", "15s", "time one push request may take", durationInto(func(c *Config) *time.Duration { return &c.Push.Timeout })},
 	{"PUSH_ALLOWED_CIDRS", "push-allowed-cidrs", "", "comma-separated CIDRs that push URLs may reach although the SSRF guard refuses them (loopback, private, link-local, ...), e.g. 127.0.0.0/8,::1/128 for a local receiver", func(c *Config, v string) error {
 		allow, err := netguard.ParseAllow(v)
