@@ -324,13 +324,13 @@ type decision struct {
 	stored   bool // s is in the database; what is left is the resend and the ack
 }
 
-// handle settles one message, retrying while the database or broker fails.
-// handle attempts j and settles the outcome. requestOver runs once the
-// attempt is decided, before its outcome is stored: a subscription's slot
-// bounds the requests to its endpoint, not the group commit its worker
-// waits on afterwards. Held through the commit, it capped one subscription
-// at PerSubscription outcomes per commit latency (push alone ran at ~2000/s
-// for its first 2 s; docs/benchmarks.md, session 5).
+// handle attempts j and settles the outcome, retrying while the database or
+// broker fails. requestOver runs once the attempt is decided, before its
+// outcome is stored: a subscription's slot bounds the requests to its
+// endpoint, not the group commit its worker waits on afterwards. Held
+// through the commit, it capped one subscription at PerSubscription
+// outcomes per commit latency (push alone ran at ~2000/s for its first 2 s;
+// docs/benchmarks.md, session 5).
 func (p *Dispatcher) handle(ctx context.Context, j *job, requestOver func()) {
 	p.retryUntilDone(ctx, j, func(ctx context.Context) (decision, error) {
 		dec, err := p.deliver(ctx, j)

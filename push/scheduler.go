@@ -116,7 +116,9 @@ func (s *scheduler) slow(key uuid.UUID) bool {
 	return false
 }
 
-// done frees j's slot and promotes the next job of its subscription.
+// done frees j's slot and promotes the next job of its subscription. The
+// dispatcher calls it once j's request is over and again when j is settled;
+// the second call does nothing.
 func (s *scheduler) done(j *job) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
