@@ -100,9 +100,8 @@ func (s *Push) PushTarget(ctx context.Context, roomID, subscriptionID uuid.UUID)
 
 // Settle implements push.Log.
 func (s *Push) Settle(ctx context.Context, st push.Settlement) error {
-	if s.db.dialect == Postgres && allPlain([]push.Settlement{st}) { // one statement, as SettleAll's
-		sql, args := settleStatement([]push.Settlement{st})
-		return translate(retryConflicts(ctx, func() error { return s.tx(ctx).Exec(sql, args...).Error }), nil, nil)
+	if s.db.dialect == Postgres { // a plain outcome in one statement, as in a group
+		return s.SettleAll(ctx, []push.Settlement{st})
 	}
 	if st.DeadLetter == nil && st.Resend == nil { // one UPDATE: no transaction needed
 		return translate(settleSend(s.tx(ctx), st.SendID, st.Attempt, nil, nil, "", time.Time{}), nil, nil)
