@@ -72,13 +72,17 @@ type Send struct {
 	SubscriptionType string
 	Destination      string // the broker queue, FQQN
 	Attempt          int
-	ScheduledDelay   time.Duration
-	CreatedAt        time.Time
-	SentAt           time.Time // zero while pending
-	Status           Status
-	StatusCode       int // HTTP status of a push attempt, 0 if none
-	Error            string
-	CompletedAt      time.Time
+	// Held counts how often the push dispatcher re-queued this message
+	// without an attempt (subscription PAUSED or slow) since its last
+	// attempt; each time it waits longer. Sent as HeaderHeld.
+	Held           int
+	ScheduledDelay time.Duration
+	CreatedAt      time.Time
+	SentAt         time.Time // zero while pending
+	Status         Status
+	StatusCode     int // HTTP status of a push attempt, 0 if none
+	Error          string
+	CompletedAt    time.Time
 }
 
 // Pending is a send the relay owes the broker, with what it needs to build the message.

@@ -28,6 +28,10 @@ const (
 	// broker's expires: an expired message must become a dead letter, which
 	// only the dispatcher or a pull can make; the broker would drop it silently.
 	HeaderExpiresAt = "x-expires-at"
+	// HeaderHeld counts how often a push copy was held (PAUSED subscription)
+	// or deferred (slow subscription) since its last attempt; present only
+	// when that is at least once (Send.Held).
+	HeaderHeld = "x-held"
 	// AttributePrefix prefixes each publisher attribute's header name.
 	AttributePrefix = "x-attr-"
 )
@@ -351,6 +355,9 @@ func Message(p Pending, now time.Time) broker.Message {
 	}
 	if p.Event.Trace.State != "" {
 		h[HeaderTracestate] = p.Event.Trace.State
+	}
+	if p.Held > 0 {
+		h[HeaderHeld] = strconv.Itoa(p.Held)
 	}
 	expires := p.Event.ExpiresAt
 	if !expires.IsZero() {

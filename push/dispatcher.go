@@ -291,7 +291,7 @@ func (p *Dispatcher) deferSlow(ctx context.Context, j *job) {
 	d := j.d
 	// Each deferral of the same message waits twice as long (up to a
 	// minute), so a hanging endpoint's messages do not churn every second.
-	held, _ := strconv.Atoi(d.Headers[headerHeld])
+	held, _ := strconv.Atoi(d.Headers[publish.HeaderHeld])
 	delay := min(p.cfg.DeferDelay<<min(held, 10), time.Minute)
 	go p.retryUntilDone(ctx, j, func(context.Context) (decision, error) {
 		return p.requeue(j, delay, "deferred: the subscription is slow and has too many messages in flight", deferSlow), nil
@@ -415,7 +415,7 @@ func (p *Dispatcher) deliver(ctx context.Context, j *job) (decision, error) {
 		p.logger.InfoContext(ctx, "push: expired before delivery; dead-lettered", logAttrs...)
 		return decision{outcome: OutcomeExpired, s: p.deadLetter(Settlement{SendID: sendID, Attempt: Attempt{Status: publish.StatusExpired, Error: "expired before delivery", At: now}}, ev, d, ReasonExpired)}, nil
 	case sub.Status == subscriptions.StatusPaused:
-		held, _ := strconv.Atoi(d.Headers[headerHeld])
+		held, _ := strconv.Atoi(d.Headers[publish.HeaderHeld])
 		delay := min(p.cfg.PausedDelay<<min(held, 10), 5*time.Minute)
 		return p.requeue(j, delay, "held: the subscription is PAUSED", deferPaused), nil
 	}
@@ -460,16 +460,13 @@ func (p *Dispatcher) deliver(ctx context.Context, j *job) (decision, error) {
 	attempt.Status = publish.StatusFailed
 	attempt.NextAttemptAt = next
 	p.logger.DebugContext(ctx, "push: attempt failed; retry scheduled", append(logAttrs, slog.String("error", out.Err), slog.Duration("retry_in", delay))...)
-	resend := p.newSend(ev, d, j.key, d.Attempt+1, delay, at)
+	resend := p.newSend(ev, d, j.key, d.Attempt+1, 0, delay, at)
 	return decision{outcome: OutcomeRetried, s: Settlement{SendID: sendID, Attempt: attempt, Resend: &resend}}, nil
 }
 
-// headerHeld counts how often a message was held (PAUSED subscription) or
-// deferred (slow subscription) since its last attempt; each wait doubles.
-const headerHeld = "x-held"
-
 // requeue decides to republish a message with the same attempt after delay,
-// without counting an attempt, and ack the original.
+// without counting an attempt (publish.HeaderHeld counts these; each wait
+// doubles), and ack the original.
 func (p *Dispatcher) requeue(j *job, delay time.Duration, why, reason string) decision {
 	d := j.d
 	ev := EventOf(d)
@@ -480,7 +477,8 @@ func (p *Dispatcher) requeue(j *job, delay time.Duration, why, reason string) de
 		return decision{outcome: OutcomeExpired, s: p.deadLetter(Settlement{SendID: sendID,
 			Attempt: Attempt{Status: publish.StatusExpired, Error: why + "; would expire first", At: now}}, ev, d, ReasonExpired)}
 	}
-	resend := p.newSend(ev, d, j.key, d.Attempt, delay, now)
+	held, _ := strconv.Atoi(d.Headers[publish.HeaderHeld])
+	resend := p.newSend(ev, d, j.key, d.Attempt, held+1, delay, now)
 	return decision{deferred: reason, s: Settlement{
 		SendID:  sendID,
 		Attempt: Attempt{Status: StatusDeferred, Error: why, At: now, NextAttemptAt: now.Add(delay)},
@@ -488,11 +486,11 @@ func (p *Dispatcher) requeue(j *job, delay time.Duration, why, reason string) de
 	}}
 }
 
-func (p *Dispatcher) newSend(ev publish.Event, d *broker.Delivery, subID uuid.UUID, attempt int, delay time.Duration, now time.Time) publish.Send {
+func (p *Dispatcher) newSend(ev publish.Event, d *broker.Delivery, subID uuid.UUID, attempt, held int, delay time.Duration, now time.Time) publish.Send {
 	return publish.Send{
 		ID: uuid.Must(uuid.NewV7()), EventID: ev.ID, RoomID: ev.RoomID, CorrelationID: d.CorrelationID,
 		SubscriptionID: subID, SubscriptionType: string(subscriptions.TypePush), Destination: p.cfg.Queue.FQQN(),
-		Attempt: attempt, ScheduledDelay: delay, CreatedAt: now, Status: publish.StatusPending,
+		Attempt: attempt, Held: held, ScheduledDelay: delay, CreatedAt: now, Status: publish.StatusPending,
 	}
 }
 
@@ -508,10 +506,24 @@ func (p *Dispatcher) deadLetter(s Settlement, ev publish.Event, d *broker.Delive
 // settle stores the outcome, sends the next copy if any, then acks. The
 // order is what makes a crash give a duplicate rather than a loss. Called
 // again after an error, it does not store the outcome twice.
+//
+// The copy of a slow subscription's deferred message is not sent here: its
+// outbox row is leased until the deferral ends, and the outbox relay of
+// whichever process claims it then sends it. A deferral is thus one row in
+// the group commit and an ack, where sending it at once took a scheduled
+// broker send and a second database write (marking the row sent), which cut
+// a fast endpoint beside a hanging one from 0.88–0.94 × to 0.66–0.69 × of
+// push alone (docs/benchmarks.md, session 6). A PAUSED subscription's held
+// messages still go to the broker's scheduler: they may be many and wait
+// minutes, which the outbox's claims would have to step over.
 func (p *Dispatcher) settle(ctx context.Context, d *broker.Delivery, dec *decision) error {
 	s := &dec.s
+	parked := dec.deferred == deferSlow && s.Resend != nil
 	if !dec.stored {
-		if s.Resend != nil {
+		switch {
+		case parked:
+			s.Owner, s.Until = p.owner, s.Resend.CreatedAt.Add(s.Resend.ScheduledDelay)
+		case s.Resend != nil:
 			s.Owner, s.Until = p.owner, p.now().Add(time.Minute)
 		}
 		if err := p.commit.settle(ctx, *s); err != nil {
@@ -520,13 +532,8 @@ func (p *Dispatcher) settle(ctx context.Context, d *broker.Delivery, dec *decisi
 		dec.stored = true
 		p.observe(d, dec)
 	}
-	if s.Resend != nil {
-		ev := EventOf(d)
-		msg := publish.Message(publish.Pending{Send: *s.Resend, Event: ev}, p.now())
-		if s.Attempt.Status == StatusDeferred { // a real attempt starts the count again
-			held, _ := strconv.Atoi(d.Headers[headerHeld])
-			msg.Headers[headerHeld] = strconv.Itoa(held + 1)
-		}
+	if s.Resend != nil && !parked {
+		msg := publish.Message(publish.Pending{Send: *s.Resend, Event: EventOf(d)}, p.now())
 		if err := p.broker.Send(ctx, msg); err != nil {
 			// The row is in the outbox: the relay sends it once its claim
 			// lapses. The original can be acked all the same.

@@ -30,9 +30,14 @@
 //   - One slow endpoint cannot hold the others back: each subscription has a
 //     bound on concurrent requests; its messages beyond that wait in memory
 //     while it is quick, but once one of its requests has run for SlowAfter
-//     (250 ms) all but Backlog (64) of them are deferred (republished after a
-//     delay that doubles with each deferral), and so is every new one, so
-//     that the prefetch window stays open for the other subscriptions.
+//     (250 ms) all but Backlog (64) of them are deferred, and so is every
+//     new one, so that the prefetch window stays open for the other
+//     subscriptions. A deferred message is acked once its copy is stored in
+//     the outbox, leased for the deferral (1 s, doubling with each deferral
+//     of the same message up to 1 min); the outbox relay of any process
+//     sends the copy when the lease ends (within OUTBOX_POLL_INTERVAL), as
+//     the same attempt. Nothing is sent to the broker meanwhile: a deferral
+//     costs one row in the group commit and an ack.
 //   - A database outage is not a delivery failure: while the database does
 //     not answer the dispatcher reads no message and starts no request (the
 //     broker keeps them, unacked); a request already made keeps its outcome

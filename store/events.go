@@ -51,6 +51,7 @@ type sendRow struct {
 	SubscriptionType string
 	Destination      string
 	Attempt          int
+	Held             int
 	ScheduledDelay   int64
 	CreatedAt        time.Time `gorm:"autoCreateTime:false"`
 	SentAt           *time.Time
@@ -138,7 +139,7 @@ func toSendRow(s publish.Send) sendRow {
 	r := sendRow{
 		ID: s.ID, EventID: s.EventID, RoomID: s.RoomID, CorrelationID: s.CorrelationID,
 		SubscriptionID: s.SubscriptionID, SubscriptionType: s.SubscriptionType,
-		Destination: s.Destination, Attempt: s.Attempt, ScheduledDelay: s.ScheduledDelay.Milliseconds(),
+		Destination: s.Destination, Attempt: s.Attempt, Held: s.Held, ScheduledDelay: s.ScheduledDelay.Milliseconds(),
 		CreatedAt: s.CreatedAt, SentAt: timePtr(s.SentAt), Status: string(s.Status),
 		Error: s.Error, CompletedAt: timePtr(s.CompletedAt),
 	}
@@ -153,7 +154,7 @@ func (r sendRow) domain() publish.Send {
 	s := publish.Send{
 		ID: r.ID, EventID: r.EventID, RoomID: r.RoomID, CorrelationID: r.CorrelationID,
 		SubscriptionID: r.SubscriptionID, SubscriptionType: r.SubscriptionType,
-		Destination: r.Destination, Attempt: r.Attempt,
+		Destination: r.Destination, Attempt: r.Attempt, Held: r.Held,
 		ScheduledDelay: time.Duration(r.ScheduledDelay) * time.Millisecond,
 		CreatedAt:      r.CreatedAt.UTC(), SentAt: timeVal(r.SentAt), Status: publish.Status(r.Status),
 		Error: r.Error, CompletedAt: timeVal(r.CompletedAt),
@@ -206,7 +207,7 @@ var (
 		"payload", "attributes", "idempotency_key", "request_hash", "destinations", "published_at", "expires_at",
 		"traceparent", "tracestate"}
 	sendColumns = []string{"id", "event_id", "room_id", "correlation_id", "subscription_id", "subscription_type",
-		"destination", "attempt", "scheduled_delay", "created_at", "sent_at", "status", "status_code", "error", "completed_at"}
+		"destination", "attempt", "held", "scheduled_delay", "created_at", "sent_at", "status", "status_code", "error", "completed_at"}
 	outboxColumns = []string{"send_id", "created_at", "claimed_by", "claimed_until"}
 )
 
@@ -236,7 +237,7 @@ func publishStatement(events []publish.Event, sends []publish.Send, lease publis
 	for _, sd := range sends {
 		r := toSendRow(sd)
 		args = append(args, r.ID, r.EventID, r.RoomID, r.CorrelationID, r.SubscriptionID, r.SubscriptionType,
-			r.Destination, r.Attempt, r.ScheduledDelay, r.CreatedAt.UTC(), r.SentAt, r.Status, r.StatusCode, r.Error, r.CompletedAt)
+			r.Destination, r.Attempt, r.Held, r.ScheduledDelay, r.CreatedAt.UTC(), r.SentAt, r.Status, r.StatusCode, r.Error, r.CompletedAt)
 		if sd.Status == publish.StatusPending && sd.SentAt.IsZero() {
 			owed = append(owed, r)
 		}

@@ -200,7 +200,7 @@ func settleStatement(ss []push.Settlement) (string, []any) {
 	for _, st := range resends {
 		r := toSendRow(*st.Resend)
 		args = append(args, r.ID, r.EventID, r.RoomID, r.CorrelationID, r.SubscriptionID, r.SubscriptionType,
-			r.Destination, r.Attempt, r.ScheduledDelay, r.CreatedAt.UTC(), r.SentAt, r.Status, r.StatusCode, r.Error, r.CompletedAt)
+			r.Destination, r.Attempt, r.Held, r.ScheduledDelay, r.CreatedAt.UTC(), r.SentAt, r.Status, r.StatusCode, r.Error, r.CompletedAt)
 	}
 	b.WriteString(") INSERT INTO outbox (" + strings.Join(outboxColumns, ", ") + ") VALUES ")
 	placeholders(&b, len(resends), len(outboxColumns))

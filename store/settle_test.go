@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -85,6 +86,61 @@ func TestSettleAllRoundTrip(t *testing.T) {
 			}
 			if ids := claimIDs(t, db.Events(), "relay-b", time.Minute); len(ids) != 0 {
 				t.Errorf("claimed %v: the resend is leased and the rest are settled", ids)
+			}
+		})
+	}
+}
+
+// TestDeferredCopyWaitsOutItsLease: the copy of a deferred push message is
+// stored leased until its deferral ends, with its deferral count; no claim
+// takes it before, and the relay that claims it after builds the message
+// with that count as x-held and no delay left. Both ways a settlement is
+// stored: alone (Settle) and in a group commit (SettleAll).
+func TestDeferredCopyWaitsOutItsLease(t *testing.T) {
+	t.Parallel()
+	for _, d := range storetest.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := storetest.Open(t, d)
+			sends := outboxFixture(t, db.Events(), 3, false)
+			// The fixture's own sends are relayed already: only the copies count.
+			if ids := claimIDs(t, db.Events(), "relay-a", time.Hour); len(ids) != 3 {
+				t.Fatalf("claimed %d fixture sends, want 3", len(ids))
+			}
+			now := time.Now().UTC().Truncate(time.Millisecond)
+			const delay = 700 * time.Millisecond
+			deferral := func(i, held int) push.Settlement {
+				c := sends[i]
+				c.ID, c.Held, c.ScheduledDelay, c.CreatedAt = uuid.Must(uuid.NewV7()), held, delay, now
+				return push.Settlement{SendID: sends[i].ID, Resend: &c, Owner: "dispatcher-a", Until: now.Add(delay),
+					Attempt: push.Attempt{Status: push.StatusDeferred, Error: "deferred", At: now, NextAttemptAt: now.Add(delay)}}
+			}
+			alone, grouped := deferral(0, 1), []push.Settlement{deferral(1, 2), deferral(2, 3)}
+			if err := db.Push().Settle(ctx, alone); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Push().SettleAll(ctx, grouped); err != nil {
+				t.Fatal(err)
+			}
+			if ids := claimIDs(t, db.Events(), "relay-b", time.Minute); len(ids) != 0 {
+				t.Fatalf("claimed %v during the deferral", ids)
+			}
+			time.Sleep(time.Until(now.Add(delay + 50*time.Millisecond)))
+			ps, err := db.Events().ClaimPending(ctx, "relay-b", time.Now().Add(time.Minute), 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[uuid.UUID]int{alone.Resend.ID: 1, grouped[0].Resend.ID: 2, grouped[1].Resend.ID: 3}
+			if len(ps) != len(want) {
+				t.Fatalf("claimed %d copies after the deferral, want %d", len(ps), len(want))
+			}
+			for _, p := range ps {
+				msg := publish.Message(p, time.Now())
+				if held, ok := want[p.ID]; !ok || p.Held != held || msg.Headers[publish.HeaderHeld] != strconv.Itoa(held) || msg.Delay != 0 {
+					t.Errorf("copy %s: held %d, x-held %q, delay %s; want held %d (found %v) and no delay",
+						p.ID, p.Held, msg.Headers[publish.HeaderHeld], msg.Delay, held, ok)
+				}
 			}
 		})
 	}

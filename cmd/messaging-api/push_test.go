@@ -828,28 +828,11 @@ func TestPushSlowEndpointIsolation(t *testing.T) {
 	slowSub := setupPushRoom(c, "isolation", "", slow.URL())
 	addPushSub(c, "isolation", "fast", fast.URL())
 
-	publishBatch := func(eventType string, n int) error {
-		var msgs []string
-		for i := range n {
-			msgs = append(msgs, fmt.Sprintf(`{"eventType":%q,"payload":{"n":%d}}`, eventType, i))
-		}
-		resp, err := http.Post(c.base+"/v1/rooms/isolation/messages:batch", "application/json",
-			bytes.NewReader([]byte(`{"messages":[`+strings.Join(msgs, ",")+`]}`)))
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusAccepted {
-			raw, _ := io.ReadAll(resp.Body)
-			return fmt.Errorf("batch publish: %d: %s", resp.StatusCode, raw)
-		}
-		return nil
-	}
 	start := time.Now()
 	errs := make(chan error, 3)
-	go func() { errs <- publishBatch("tick", 50) }()
-	go func() { errs <- publishBatch("fast", 100) }()
-	go func() { errs <- publishBatch("fast", 100) }()
+	go func() { errs <- publishBatch(c, "isolation", "tick", 50) }()
+	go func() { errs <- publishBatch(c, "isolation", "fast", 100) }()
+	go func() { errs <- publishBatch(c, "isolation", "fast", 100) }()
 	for range 3 {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
@@ -873,6 +856,88 @@ func TestPushSlowEndpointIsolation(t *testing.T) {
 	if ds := slowSub.deliveries(""); len(ds) < 50 {
 		t.Errorf("the slow subscription's log has %d rows, want its 50 messages", len(ds))
 	}
+}
+
+// publishBatch publishes n events of eventType to room in one batch.
+func publishBatch(c client, room, eventType string, n int) error {
+	var msgs []string
+	for i := range n {
+		msgs = append(msgs, fmt.Sprintf(`{"eventType":%q,"payload":{"n":%d}}`, eventType, i))
+	}
+	resp, err := http.Post(c.base+"/v1/rooms/"+room+"/messages:batch", "application/json",
+		bytes.NewReader([]byte(`{"messages":[`+strings.Join(msgs, ",")+`]}`)))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		raw, _ := io.ReadAll(resp.Body)
+		return fmt.Errorf("batch publish: %d: %s", resp.StatusCode, raw)
+	}
+	return nil
+}
+
+// TestPushSlowDeferralsComeBack: the messages of an endpoint that hangs,
+// beyond what its subscription may hold in memory, are deferred (their
+// copies wait in the outbox, leased for the deferral); once the endpoint
+// answers again the outbox relay sends them back and each is delivered,
+// as the same attempt, deferrals not counted.
+func TestPushSlowDeferralsComeBack(t *testing.T) {
+	t.Parallel()
+	backends(t, testPushSlowDeferralsComeBack)
+}
+
+func testPushSlowDeferralsComeBack(t *testing.T, env map[string]string) {
+	release := make(chan struct{})
+	hook := newPushHook(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		select {
+		case <-release:
+		case <-time.After(20 * time.Second):
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	c := client{t: t, base: startService(t, env)}
+	var once sync.Once
+	open := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(open) // before the service stops
+	sub := setupPushRoom(c, "deferrals", "", hook.URL())
+	// 16 requests hang, 64 messages wait in memory: the other 40 are deferred.
+	const n = 120
+	for range 2 { // a batch holds up to 100
+		if err := publishBatch(c, "deferrals", "tick", n/2); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deferred := map[string]bool{}
+	pushEventually(t, 10*time.Second, "deferrals while the endpoint hangs", func() bool {
+		for _, d := range sub.deliveries("") {
+			if d.Status == "deferred" {
+				deferred[d.EventID] = true
+			}
+		}
+		return len(deferred) >= n-80
+	})
+	open()
+	pushEventually(t, 15*time.Second, fmt.Sprintf("%d distinct deliveries", n), func() bool {
+		ids := map[string]bool{}
+		for _, r := range hook.requests() {
+			ids[r.Header.Get("Webhook-Id")] = true
+		}
+		return len(ids) == n
+	})
+	for _, r := range hook.requests() {
+		if a := r.Header.Get("X-Attempt"); a != "1" {
+			t.Fatalf("a request has X-Attempt %s: a deferral counted as an attempt", a)
+		}
+	}
+	// Each deferred event's log: the deferral, then the copy delivered.
+	for event := range deferred {
+		ds := sub.waitStatuses(event, 5*time.Second, "deferred", "delivered")
+		if ds[1].Attempt != 1 {
+			t.Errorf("event %s: the copy after the deferral is attempt %d, want 1", event, ds[1].Attempt)
+		}
+	}
+	t.Logf("%d of %d events deferred while the endpoint hung; all delivered after it answered", len(deferred), n)
 }
 
 // TestPushLogKeepsOutcome: every delivered message's log row says delivered.
