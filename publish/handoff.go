@@ -151,11 +151,7 @@ func (r *Relay) stream(ctx context.Context) {
 // streamOne sends one handed-off send.
 func (r *Relay) streamOne(ctx context.Context, x handed) {
 	h := r.hand
-	now := r.now()
-	if !x.p.Event.ExpiresAt.IsZero() && !now.Before(x.p.Event.ExpiresAt) {
-		r.recordLater(func() { h.expired = append(h.expired, x.p) })
-		return
-	}
+	now := r.now() // an expired event's copy is sent too (see relayOnce)
 	select {
 	case r.sem <- struct{}{}:
 	case <-ctx.Done():

@@ -135,7 +135,8 @@ type EventQuery struct {
 
 // PurgeQuery selects events to delete: published before PublishedBefore (the
 // idempotency window) and either published before RetainedBefore or expired
-// by Now; never one that still owes the broker a send, unless it expired.
+// by Now; never one that still owes the broker a send, even expired (the
+// copy's consumer dead-letters it once the relay has sent it).
 type PurgeQuery struct {
 	PublishedBefore time.Time
 	RetainedBefore  time.Time

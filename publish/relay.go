@@ -251,12 +251,12 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 		wg                    sync.WaitGroup
 		sem                   = r.sem
 	)
+	// A copy whose event has expired is sent all the same: its consumer
+	// (the push dispatcher or a pull) makes it a dead letter, as it does
+	// with one that expires in the queue. Completing it here left it
+	// `expired` with no dead letter (a parked deferral whose lease ended
+	// just before its expiry, or any copy held up by a broker outage).
 	for _, p := range pending {
-		if !p.Event.ExpiresAt.IsZero() && !now.Before(p.Event.ExpiresAt) {
-			expired = append(expired, p.ID)
-			expiredCorrelation = append(expiredCorrelation, p.CorrelationID)
-			continue
-		}
 		sem <- struct{}{}
 		if r.now().Add(r.cfg.SendTimeout).After(leaseEnd) {
 			// The broker is so slow that this send could outlive the lease,

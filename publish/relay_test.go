@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -95,6 +96,7 @@ func (o *outbox) count(s Status) int {
 type sink struct {
 	mu    sync.Mutex
 	got   map[string]int
+	exp   map[string]string // send id → its x-expires-at header
 	down  atomic.Bool
 	tries atomic.Int64
 }
@@ -108,6 +110,12 @@ func (s *sink) Send(_ context.Context, m broker.Message) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.got[m.Headers[HeaderSendID]]++
+	if v, ok := m.Headers[HeaderExpiresAt]; ok {
+		if s.exp == nil {
+			s.exp = map[string]string{}
+		}
+		s.exp[m.Headers[HeaderSendID]] = v
+	}
 	return nil
 }
 
@@ -138,17 +146,21 @@ func TestRelaySendsOnNotifyAndBacksOff(t *testing.T) {
 		r.Notify()
 		time.Sleep(2 * time.Millisecond)
 	}
-	expired := o.add(time.Now().Add(-time.Second))
+	// An expired event's copy is sent too, its expiry in a header, for the
+	// consumer to dead-letter it.
+	expiry := time.Now().Add(-time.Second)
+	expired := o.add(expiry)
 	r.Notify()
-	waitFor(t, "1000 sends", func() bool { return o.count(StatusSent) == 1000 && o.count(StatusExpired) == 1 })
+	waitFor(t, "1001 sends", func() bool { return o.count(StatusSent) == 1001 })
 	b.mu.Lock()
 	for id, n := range b.got {
 		if n != 1 {
 			t.Errorf("send %s went %d times", id, n)
 		}
 	}
-	if len(b.got) != 1000 || b.got[expired.String()] != 0 {
-		t.Errorf("%d distinct sends (want 1000), expired one sent %d times", len(b.got), b.got[expired.String()])
+	if len(b.got) != 1001 || b.got[expired.String()] != 1 || b.exp[expired.String()] != strconv.FormatInt(expiry.UnixMilli(), 10) {
+		t.Errorf("%d distinct sends (want 1001), expired one sent %d times with %s %q (want once, %d)",
+			len(b.got), b.got[expired.String()], HeaderExpiresAt, b.exp[expired.String()], expiry.UnixMilli())
 	}
 	b.mu.Unlock()
 	if err := r.Healthy(); err != nil {
@@ -172,7 +184,7 @@ func TestRelaySendsOnNotifyAndBacksOff(t *testing.T) {
 		t.Errorf("%d send attempts in 0.5 s of outage: the relay spins", n)
 	}
 	b.down.Store(false)
-	waitFor(t, "the backlog after the outage", func() bool { return o.count(StatusSent) == 1100 })
+	waitFor(t, "the backlog after the outage", func() bool { return o.count(StatusSent) == 1101 })
 	waitFor(t, "Healthy", func() bool { return r.Healthy() == nil })
 
 	cancel()
@@ -373,17 +385,19 @@ func TestRelayHandOff(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	lease, _ := r.Reserve(1)
-	expired := o.addLeased(time.Now().Add(-time.Second))
+	expiry := time.Now().Add(-time.Second)
+	expired := o.addLeased(expiry)
 	r.HandOff(lease, []Pending{expired})
-	waitFor(t, "1000 sends", func() bool { return o.count(StatusSent) == 1000 && o.count(StatusExpired) == 1 })
+	waitFor(t, "1001 sends", func() bool { return o.count(StatusSent) == 1001 })
 	b.mu.Lock()
 	for id, n := range b.got {
 		if n != 1 {
 			t.Errorf("send %s went %d times", id, n)
 		}
 	}
-	if len(b.got) != 1000 || b.got[expired.ID.String()] != 0 {
-		t.Errorf("%d distinct sends (want 1000), expired one sent %d times", len(b.got), b.got[expired.ID.String()])
+	if len(b.got) != 1001 || b.got[expired.ID.String()] != 1 || b.exp[expired.ID.String()] != strconv.FormatInt(expiry.UnixMilli(), 10) {
+		t.Errorf("%d distinct sends (want 1001), expired one sent %d times with %s %q (want once, %d)",
+			len(b.got), b.got[expired.ID.String()], HeaderExpiresAt, b.exp[expired.ID.String()], expiry.UnixMilli())
 	}
 	b.mu.Unlock()
 	if handed < 20 {

@@ -499,14 +499,15 @@ func (s *Events) Complete(ctx context.Context, ids []uuid.UUID, status publish.S
 }
 
 // PurgeEvents implements publish.Store. An event that still owes the broker
-// a send is kept unless it has expired (then it can never be delivered).
+// a send is kept, expired or not: an expired one's copy is still sent, for
+// its consumer to make it a dead letter (see publish.Relay).
 func (s *Events) PurgeEvents(ctx context.Context, q publish.PurgeQuery) (int, error) {
 	var ids []uuid.UUID
 	err := s.tx(ctx).Model(&eventRow{}).Select("id").
 		Where("published_at < ?", q.PublishedBefore.UTC()).
 		Where("published_at < ? OR (expires_at IS NOT NULL AND expires_at < ?)", q.RetainedBefore.UTC(), q.Now.UTC()).
-		Where("(expires_at IS NOT NULL AND expires_at < ?) OR NOT EXISTS (SELECT 1 FROM published_messages p JOIN outbox o ON o.send_id = p.id WHERE p.event_id = events.id AND p.sent_at IS NULL AND p.status = ?)",
-			q.Now.UTC(), string(publish.StatusPending)).
+		Where("NOT EXISTS (SELECT 1 FROM published_messages p JOIN outbox o ON o.send_id = p.id WHERE p.event_id = events.id AND p.sent_at IS NULL AND p.status = ?)",
+			string(publish.StatusPending)).
 		Order("id").Limit(q.Limit).Scan(&ids).Error
 	if err != nil || len(ids) == 0 {
 		return 0, translate(err, nil, nil)

@@ -226,14 +226,18 @@ func TestOutboxResendLease(t *testing.T) {
 	}
 }
 
-// TestOutboxPurge: purging an expired event takes its outbox rows with it.
+// TestOutboxPurge: an expired event whose copy the outbox still owes the
+// broker is kept (the copy is still sent, for its consumer to dead-letter
+// it); once the copy is settled, purging the event takes its outbox row with
+// it (a row the relay had not yet recorded sent when the consumer settled it).
 func TestOutboxPurge(t *testing.T) {
 	t.Parallel()
 	for _, d := range storetest.Dialects {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			ev := storetest.Open(t, d).Events()
+			db := storetest.Open(t, d)
+			ev := db.Events()
 			now := time.Now().UTC()
 			room := uuid.Must(uuid.NewV7())
 			e := publish.Event{ID: uuid.Must(uuid.NewV7()), RoomID: room, RequestID: room, CorrelationID: "c",
@@ -244,9 +248,18 @@ func TestOutboxPurge(t *testing.T) {
 			if err := ev.Publish(ctx, []publish.Event{e}, []publish.Send{s}, publish.Lease{}); err != nil {
 				t.Fatal(err)
 			}
-			n, err := ev.PurgeEvents(ctx, publish.PurgeQuery{PublishedBefore: now.Add(-24 * time.Hour),
-				RetainedBefore: now.Add(-7 * 24 * time.Hour), Now: now, Limit: 10})
-			if err != nil || n != 1 {
+			q := publish.PurgeQuery{PublishedBefore: now.Add(-24 * time.Hour), RetainedBefore: now.Add(-7 * 24 * time.Hour), Now: now, Limit: 10}
+			if n, err := ev.PurgeEvents(ctx, q); err != nil || n != 0 {
+				t.Fatalf("purged %d, %v; want the expired event kept while its copy is owed", n, err)
+			}
+			if err := db.Push().Settle(ctx, push.Settlement{SendID: s.ID,
+				Attempt: push.Attempt{Status: publish.StatusExpired, Error: "expired before delivery", At: now}}); err != nil {
+				t.Fatal(err)
+			}
+			if n := backlog(t, ev); n != 1 {
+				t.Fatalf("outbox holds %d rows, want the settled copy's stale row", n)
+			}
+			if n, err := ev.PurgeEvents(ctx, q); err != nil || n != 1 {
 				t.Fatalf("purged %d, %v; want 1", n, err)
 			}
 			if n := backlog(t, ev); n != 0 {

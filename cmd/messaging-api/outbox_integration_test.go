@@ -323,3 +323,68 @@ func TestDatabaseDownAnswers503(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestExpiredDuringBrokerOutageDeadLetters: copies that expire in the outbox
+// (the broker unreachable past the room's messageExpiration) are not lost
+// silently: once the broker is back they reach their consumers, which make
+// each a dead letter (reason expired), for PUSH and PULL alike; nothing
+// expired is delivered.
+func TestExpiredDuringBrokerOutageDeadLetters(t *testing.T) {
+	brokerURL := realBroker(t)
+	proxy := newTCPProxy(t, hostOf(t, brokerURL))
+	c := client{t: t, base: startService(t, map[string]string{
+		"BROKER_URL":           proxy.via(brokerURL),
+		"DATABASE_URL":         storetest.PostgresSchemaURL(t),
+		"OUTBOX_POLL_INTERVAL": "200ms",
+	})}
+	hook, _ := statusPushHook(t, 200)
+	room := plRoom("expired-outage")
+	pushed := setupPushRoom(c, room, `"messageExpiration":1000`, hook.URL())
+	pulled := plAddSub(c, room, "")
+
+	proxy.down()
+	const n = 5
+	events := map[string]bool{}
+	var last pushPublished
+	for i := range n {
+		last = pushPublish(c, room, fmt.Sprintf(`{"eventType":"tick","payload":{"n":%d}}`, i))
+		events[last.EventID] = true
+	}
+	// The relay's first sends wait out their timeout (10 s, retrying the
+	// connection), then the rows are released and claimed again, expired:
+	// the path a long outage takes.
+	time.Sleep(time.Until(last.PublishedAt.Add(publish.DefaultRelayConfig.SendTimeout + time.Second)))
+	proxy.up()
+
+	dls := pushed.waitDeadLetters(n, 60*time.Second)
+	for _, dl := range dls {
+		if !events[dl.EventID] || dl.Reason != "expired" || dl.Attempts != 1 {
+			t.Errorf("push dead letter %+v: want one of the published events, reason expired, attempt 1", dl)
+		}
+	}
+	for id := range events {
+		if ds := pushed.waitStatuses(id, 5*time.Second, "expired"); ds[0].Error != "expired before delivery" {
+			t.Errorf("push log of %s: error %q, want expired before delivery", id, ds[0].Error)
+		}
+	}
+	if got := hook.count(); got != 0 {
+		t.Errorf("the endpoint got %d requests of expired messages", got)
+	}
+
+	// A pull returns none of them and dead-letters each.
+	pulledSub := plSub{c: c, room: room, id: pulled.id}
+	var pdls []plDeadLetter
+	pushEventually(t, 30*time.Second, fmt.Sprintf("%d pull dead letters", n), func() bool {
+		pulledSub.pullNone(200)
+		pdls = pulledSub.deadLetters()
+		return len(pdls) >= n
+	})
+	for _, dl := range pdls {
+		if !events[dl.EventID] || dl.Reason != "expired" {
+			t.Errorf("pull dead letter %+v: want one of the published events, reason expired", dl)
+		}
+	}
+	if len(pdls) != n {
+		t.Errorf("%d pull dead letters, want %d", len(pdls), n)
+	}
+}
