@@ -15,6 +15,9 @@ type StoreQueries struct {
 	// Outbox returns how many sends the outbox still owes the broker and
 	// when the oldest of them was created (zero when none).
 	Outbox func(ctx context.Context) (int, time.Time, error)
+	// Parked returns how many slow subscriptions' deferred copies wait out
+	// their deferral in the outbox.
+	Parked func(ctx context.Context) (int, error)
 	// Leases returns how many pulled messages await their ack.
 	Leases func(ctx context.Context) (int, error)
 }
@@ -28,7 +31,7 @@ type storeCollector struct {
 	now     func() time.Time
 	logger  *slog.Logger
 
-	backlog, oldest, leases, up *prometheus.Desc
+	backlog, oldest, parked, leases, up *prometheus.Desc
 }
 
 // CollectStore registers the scrape-time database metrics; each scrape's
@@ -36,7 +39,8 @@ type storeCollector struct {
 func (m *Metrics) CollectStore(q StoreQueries, timeout time.Duration, now func() time.Time, logger *slog.Logger) {
 	m.reg.MustRegister(&storeCollector{
 		q: q, timeout: timeout, now: now, logger: logger,
-		backlog: prometheus.NewDesc(namespace+"_outbox_backlog", "Sends the outbox still owes the broker (pending rows), read from the database at scrape time.", nil, nil),
+		backlog: prometheus.NewDesc(namespace+"_outbox_backlog", "Sends the outbox owes the broker now (pending rows, not counting parked copies still in their deferral), read from the database at scrape time.", nil, nil),
+		parked:  prometheus.NewDesc(namespace+"_outbox_parked", "Slow subscriptions' deferred copies waiting out their deferral in the outbox, read at scrape time.", nil, nil),
 		oldest:  prometheus.NewDesc(namespace+"_outbox_oldest_age_seconds", "Age of the oldest pending outbox row (0 when none), read at scrape time.", nil, nil),
 		leases:  prometheus.NewDesc(namespace+"_pull_leases_outstanding", "Pulled messages awaiting ack, nack or their ack deadline, read at scrape time.", nil, nil),
 		up:      prometheus.NewDesc(namespace+"_store_stats_up", "1 when the scrape-time database queries answered within their timeout, else 0 (and the outbox and lease metrics are absent).", nil, nil),
@@ -46,6 +50,7 @@ func (m *Metrics) CollectStore(q StoreQueries, timeout time.Duration, now func()
 func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.backlog
 	ch <- c.oldest
+	ch <- c.parked
 	ch <- c.leases
 	ch <- c.up
 }
@@ -69,6 +74,13 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 			}
 			ch <- prometheus.MustNewConstMetric(c.backlog, prometheus.GaugeValue, float64(n))
 			ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age)
+		}
+	}
+	if c.q.Parked != nil {
+		if n, err := c.q.Parked(ctx); err != nil {
+			fail("parked", err)
+		} else {
+			ch <- prometheus.MustNewConstMetric(c.parked, prometheus.GaugeValue, float64(n))
 		}
 	}
 	if c.q.Leases != nil {

@@ -3,10 +3,15 @@ package push
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +19,7 @@ import (
 
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/subscriptions"
 )
 
 // sendRecorder is a Broker that keeps what the dispatcher sends.
@@ -41,9 +47,10 @@ func (b *sendRecorder) sent() []broker.Message {
 
 // settleRecorder is a Log that keeps the settlements and the copies marked sent.
 type settleRecorder struct {
-	mu      sync.Mutex
-	settled []Settlement
-	marked  []uuid.UUID
+	mu       sync.Mutex
+	settled  []Settlement
+	marked   []uuid.UUID
+	released []uuid.UUID // subscriptions whose parked copies were released
 }
 
 func (l *settleRecorder) Settle(_ context.Context, s Settlement) error {
@@ -62,71 +69,179 @@ func (l *settleRecorder) MarkSent(_ context.Context, ids []uuid.UUID, _ time.Tim
 
 func (l *settleRecorder) Release(context.Context, []uuid.UUID) error { return nil }
 
+func (l *settleRecorder) ReleaseParked(_ context.Context, sub uuid.UUID) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.released = append(l.released, sub)
+	return 1, nil
+}
+
+func (l *settleRecorder) releases() []uuid.UUID {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]uuid.UUID(nil), l.released...)
+}
+
 func (l *settleRecorder) snapshot() ([]Settlement, []uuid.UUID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]Settlement(nil), l.settled...), append([]uuid.UUID(nil), l.marked...)
 }
 
-// heldDelivery is a push message on its third attempt, already held twice.
-func heldDelivery(queue broker.Destination, now time.Time) (*broker.Delivery, uuid.UUID) {
+// heldDelivery is a push message on its third attempt, already held held
+// times.
+func heldDelivery(queue broker.Destination, now time.Time, held int) (*broker.Delivery, uuid.UUID) {
 	sub := uuid.New()
 	ev := publish.Event{ID: uuid.New(), RoomID: uuid.New(), EventType: "tick", Version: 1, Payload: []byte(`{}`), PublishedAt: now}
 	s := publish.Send{ID: uuid.New(), EventID: ev.ID, RoomID: ev.RoomID, CorrelationID: "c", SubscriptionID: sub,
-		Destination: queue.FQQN(), Attempt: 3, Held: 2, CreatedAt: now}
+		Destination: queue.FQQN(), Attempt: 3, Held: held, CreatedAt: now}
 	return &broker.Delivery{Message: publish.Message(publish.Pending{Send: s, Event: ev}, now)}, sub
 }
 
 // TestSlowDeferralWaitsInTheOutbox: a slow subscription's deferred message
-// is not sent again by the dispatcher: its copy is stored leased until the
-// deferral ends (the delay doubled by each earlier deferral), for the outbox
-// relay to send then, with the deferral counted and the same attempt. A
-// PAUSED subscription's held message still goes to the broker's scheduler.
+// is not sent again by the dispatcher: its copy is stored parked (leased to
+// ParkedOwner of its subscription) until the deferral ends (the delay doubled
+// by each earlier deferral), for the outbox relay to send then, with the
+// deferral counted and the same attempt. From the fourth deferral in a row,
+// and for a PAUSED subscription's held message, the copy goes to the
+// broker's scheduler instead.
 func TestSlowDeferralWaitsInTheOutbox(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 25, 2, 0, 0, 0, time.UTC)
 	queue := broker.Destination{Address: "push", Queue: "push"}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	newDispatcher := func() (*Dispatcher, *sendRecorder, *settleRecorder) {
+	defer1 := DefaultConfig(queue).DeferDelay
+	// requeue decides, deferSlow's way, and settle stores and acks.
+	settle := func(t *testing.T, held int, delay time.Duration, reason string) (Settlement, []uuid.UUID, []broker.Message, uuid.UUID) {
+		t.Helper()
 		b, log := &sendRecorder{}, &settleRecorder{}
-		return New(DefaultConfig(queue), b, nil, log, nil, func() time.Time { return now }, logger), b, log
-	}
-
-	t.Run("slow", func(t *testing.T) {
-		p, b, log := newDispatcher()
-		d, sub := heldDelivery(queue, now)
-		p.deferSlow(context.Background(), &job{key: sub, d: d})
-		eventually(t, 2*time.Second, "the deferral stored", func() bool { s, _ := log.snapshot(); return len(s) == 1 })
-		settled, marked := log.snapshot()
-		s := settled[0]
-		delay := DefaultConfig(queue).DeferDelay << 2 // the third deferral
-		if s.Resend == nil || s.Resend.Held != 3 || s.Resend.Attempt != 3 || s.Resend.ScheduledDelay != delay ||
-			s.Owner != p.owner || !s.Until.Equal(now.Add(delay)) || s.Attempt.Status != StatusDeferred {
-			t.Fatalf("stored %+v (resend %+v); want a copy held 3 times, attempt 3, leased to %s until %s",
-				s, s.Resend, p.owner, now.Add(delay))
-		}
-		if msgs := b.sent(); len(msgs) != 0 || len(marked) != 0 {
-			t.Errorf("the dispatcher sent %d messages and marked %v sent; the outbox relay sends a deferred copy", len(msgs), marked)
-		}
-	})
-
-	t.Run("paused", func(t *testing.T) {
-		p, b, log := newDispatcher()
-		d, sub := heldDelivery(queue, now)
-		dec := p.requeue(&job{key: sub, d: d}, 40*time.Second, "held", deferPaused)
+		p := New(DefaultConfig(queue), b, nil, log, nil, func() time.Time { return now }, logger)
+		d, sub := heldDelivery(queue, now, held)
+		dec := p.requeue(&job{key: sub, d: d}, delay, "deferred", reason)
 		if err := p.settle(context.Background(), d, &dec); err != nil {
 			t.Fatal(err)
 		}
 		settled, marked := log.snapshot()
-		msgs := b.sent()
-		if len(settled) != 1 || settled[0].Resend == nil || len(msgs) != 1 {
-			t.Fatalf("%d settlements, %d sends; want one of each", len(settled), len(msgs))
+		if len(settled) != 1 || settled[0].Resend == nil {
+			t.Fatalf("stored %+v; want one settlement with a copy", settled)
 		}
-		s, m := settled[0], msgs[0]
-		if s.Resend.Held != 3 || !s.Until.Equal(now.Add(time.Minute)) || m.Headers[publish.HeaderHeld] != strconv.Itoa(3) ||
-			m.Delay != 40*time.Second || m.Attempt != 3 || len(marked) != 1 || marked[0] != s.Resend.ID {
-			t.Errorf("held copy %+v leased until %s, sent with x-held %q, delay %s, attempt %d, marked %v",
-				s.Resend, s.Until, m.Headers[publish.HeaderHeld], m.Delay, m.Attempt, marked)
+		s := settled[0]
+		if s.Resend.Held != held+1 || s.Resend.Attempt != 3 || s.Resend.ScheduledDelay != delay || s.Attempt.Status != StatusDeferred {
+			t.Fatalf("stored %+v (copy %+v); want the deferral counted (%d), attempt 3, delay %s", s, s.Resend, held+1, delay)
 		}
+		return s, marked, b.sent(), sub
+	}
+
+	for held := range parkDeferrals {
+		t.Run(fmt.Sprintf("slow, deferral %d", held+1), func(t *testing.T) {
+			delay := defer1 << held
+			s, marked, msgs, sub := settle(t, held, delay, deferSlow)
+			if s.Owner != ParkedOwner(sub) || !s.Until.Equal(now.Add(delay)) {
+				t.Errorf("copy leased to %q until %s; want parked (%q) until %s", s.Owner, s.Until, ParkedOwner(sub), now.Add(delay))
+			}
+			if len(msgs) != 0 || len(marked) != 0 {
+				t.Errorf("the dispatcher sent %d messages and marked %v sent; the outbox relay sends a parked copy", len(msgs), marked)
+			}
+		})
+	}
+
+	for _, tc := range []struct {
+		name   string
+		held   int
+		delay  time.Duration
+		reason string
+	}{
+		{fmt.Sprintf("slow, deferral %d", parkDeferrals+1), parkDeferrals, defer1 << parkDeferrals, deferSlow},
+		{"paused", 2, 40 * time.Second, deferPaused},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, marked, msgs, _ := settle(t, tc.held, tc.delay, tc.reason)
+			if len(msgs) != 1 {
+				t.Fatalf("%d sends; want the copy sent to the broker's scheduler", len(msgs))
+			}
+			m := msgs[0]
+			if strings.HasPrefix(s.Owner, ParkedPrefix) || !s.Until.Equal(now.Add(time.Minute)) ||
+				m.Headers[publish.HeaderHeld] != strconv.Itoa(tc.held+1) || m.Delay != tc.delay || m.Attempt != 3 ||
+				len(marked) != 1 || marked[0] != s.Resend.ID {
+				t.Errorf("copy %+v leased to %q until %s, sent with x-held %q, delay %s, attempt %d, marked %v",
+					s.Resend, s.Owner, s.Until, m.Headers[publish.HeaderHeld], m.Delay, m.Attempt, marked)
+			}
+		})
+	}
+}
+
+// TestParkedCopiesReleasedWhenQuickAgain: while a subscription's endpoint
+// hangs, its deferred copies are parked and nothing releases them; once it
+// answers quickly again (a delivery under SlowAfter with no request of it
+// running that long), the dispatcher releases its parked copies, once.
+func TestParkedCopiesReleasedWhenQuickAgain(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	var opened atomic.Bool
+	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(func() {
+		if opened.CompareAndSwap(false, true) {
+			close(release)
+		}
+		endpoint.Close()
 	})
+	sub := subscriptions.Subscription{ID: uuid.New(), Type: subscriptions.TypePush, PushURL: endpoint.URL, Status: subscriptions.StatusActive}
+	log := &settleRecorder{}
+	dir := &twoSubs{subs: map[uuid.UUID]subscriptions.Subscription{sub.ID: sub}, out: map[publish.Status]int{}}
+
+	// A window of 12: 2 requests hang, 2 messages wait in the backlog, 8
+	// are deferred.
+	d, send := smallWindowDispatcher(t, dir, log)
+	// A quick delivery must take less than this, on a loaded machine too.
+	d.cfg.SlowAfter = 300 * time.Millisecond
+	for range 12 {
+		send(sub.ID)
+	}
+	runDispatcher(t, d)
+
+	parked := func() int {
+		settled, _ := log.snapshot()
+		n := 0
+		for _, s := range settled {
+			if s.Resend != nil && s.Owner == ParkedOwner(sub.ID) {
+				n++
+			}
+		}
+		return n
+	}
+	eventually(t, 3*time.Second, "8 parked copies", func() bool { return parked() == 8 })
+	time.Sleep(300 * time.Millisecond)
+	if r := log.releases(); len(r) != 0 {
+		t.Fatalf("parked copies released %d times while the endpoint hangs", len(r))
+	}
+	opened.Store(true)
+	close(release)
+	delivered := func() int {
+		settled, _ := log.snapshot()
+		n := 0
+		for _, s := range settled {
+			if s.Attempt.Status == publish.StatusDelivered {
+				n++
+			}
+		}
+		return n
+	}
+	// The 2 hanging requests end slow (no release); the 2 in the backlog
+	// then go quickly, and so do 4 sent after them: the first quick one
+	// releases the parked copies, the others do not (none parked since).
+	eventually(t, 3*time.Second, "4 deliveries", func() bool { return delivered() == 4 })
+	for range 4 {
+		send(sub.ID)
+	}
+	eventually(t, 3*time.Second, "8 deliveries", func() bool { return delivered() == 8 })
+	eventually(t, 2*time.Second, "release of the parked copies", func() bool { return len(log.releases()) > 0 })
+	time.Sleep(100 * time.Millisecond)
+	if r := log.releases(); len(r) != 1 || r[0] != sub.ID {
+		t.Errorf("released %v; want the subscription's parked copies released once", r)
+	}
 }

@@ -80,7 +80,29 @@ type Log interface {
 	Settle(ctx context.Context, s Settlement) error
 	MarkSent(ctx context.Context, ids []uuid.UUID, at time.Time) error
 	Release(ctx context.Context, ids []uuid.UUID) error
+	// ReleaseParked ends the leases of the subscription's parked copies
+	// (those leased to ParkedOwner(subscription)), so that the outbox relay
+	// sends them at its next claim, and returns how many it released.
+	ReleaseParked(ctx context.Context, subscription uuid.UUID) (int, error)
 }
+
+// ParkedPrefix begins the outbox lease holder of every parked copy.
+const ParkedPrefix = "parked:"
+
+// ParkedOwner is the outbox lease holder of a slow subscription's parked
+// copies: deferred messages that wait in the outbox, not in the broker's
+// scheduler, until their deferral ends (or the subscription answers quickly
+// again). The lease's end, not its holder, makes a copy claimable; the holder
+// names the subscription so that its copies can be released at once, and
+// tells them apart from rows a relay is sending.
+func ParkedOwner(subscription uuid.UUID) string { return ParkedPrefix + subscription.String() }
+
+// parkDeferrals is how many deferrals in a row of one message wait in the
+// outbox (1, 2 and 4 s with the default DeferDelay); later ones (8 s up to
+// a minute: an endpoint that has hung for a while) go to the broker's
+// scheduler, so that the outbox's claims never step over more than a few
+// seconds' worth of a hanging subscription's messages.
+const parkDeferrals = 3
 
 // Broker is what the dispatcher needs of the broker.
 type Broker interface {
@@ -157,6 +179,7 @@ type Dispatcher struct {
 	obs      Observer
 	gate     *gate
 	commit   *committer
+	parked   parkedSubs
 }
 
 // New returns a Dispatcher; Run starts it.
@@ -213,7 +236,7 @@ func (p *Dispatcher) Run(ctx context.Context) error {
 			// during an outage waits here, unacked, and is not attempted.
 			for j := sched.take(); j != nil; j = sched.take() {
 				if p.gate.wait(workCtx) {
-					p.handle(workCtx, j, func() { sched.done(j) })
+					p.handle(workCtx, sched, j)
 				}
 				sched.done(j)
 			}
@@ -325,17 +348,20 @@ type decision struct {
 }
 
 // handle attempts j and settles the outcome, retrying while the database or
-// broker fails. requestOver runs once the attempt is decided, before its
+// broker fails. j's slot is freed once the attempt is decided, before its
 // outcome is stored: a subscription's slot bounds the requests to its
 // endpoint, not the group commit its worker waits on afterwards. Held
 // through the commit, it capped one subscription at PerSubscription
 // outcomes per commit latency (push alone ran at ~2000/s for its first 2 s;
 // docs/benchmarks.md, session 5).
-func (p *Dispatcher) handle(ctx context.Context, j *job, requestOver func()) {
+func (p *Dispatcher) handle(ctx context.Context, sched *scheduler, j *job) {
 	p.retryUntilDone(ctx, j, func(ctx context.Context) (decision, error) {
 		dec, err := p.deliver(ctx, j)
 		if err == nil {
-			requestOver()
+			sched.done(j)
+			if dec.outcome == OutcomeDelivered {
+				p.releaseParked(ctx, sched, j, dec.s.Attempt.Latency)
+			}
 		}
 		return dec, err
 	})
@@ -507,9 +533,10 @@ func (p *Dispatcher) deadLetter(s Settlement, ev publish.Event, d *broker.Delive
 // order is what makes a crash give a duplicate rather than a loss. Called
 // again after an error, it does not store the outcome twice.
 //
-// The copy of a slow subscription's deferred message is not sent here: its
-// outbox row is leased until the deferral ends, and the outbox relay of
-// whichever process claims it then sends it. A deferral is thus one row in
+// The copy of a slow subscription's deferred message is not sent here (for
+// its first parkDeferrals deferrals): its outbox row is leased to
+// ParkedOwner until the deferral ends, and the outbox relay of whichever
+// process claims it then sends it; releaseParked may end the lease sooner. A deferral is thus one row in
 // the group commit and an ack, where sending it at once took a scheduled
 // broker send and a second database write (marking the row sent), which cut
 // a fast endpoint beside a hanging one from 0.88–0.94 × to 0.66–0.69 × of
@@ -518,11 +545,11 @@ func (p *Dispatcher) deadLetter(s Settlement, ev publish.Event, d *broker.Delive
 // minutes, which the outbox's claims would have to step over.
 func (p *Dispatcher) settle(ctx context.Context, d *broker.Delivery, dec *decision) error {
 	s := &dec.s
-	parked := dec.deferred == deferSlow && s.Resend != nil
+	parked := dec.deferred == deferSlow && s.Resend != nil && s.Resend.Held <= parkDeferrals
 	if !dec.stored {
 		switch {
 		case parked:
-			s.Owner, s.Until = p.owner, s.Resend.CreatedAt.Add(s.Resend.ScheduledDelay)
+			s.Owner, s.Until = ParkedOwner(s.Resend.SubscriptionID), s.Resend.CreatedAt.Add(s.Resend.ScheduledDelay)
 		case s.Resend != nil:
 			s.Owner, s.Until = p.owner, p.now().Add(time.Minute)
 		}
@@ -531,6 +558,9 @@ func (p *Dispatcher) settle(ctx context.Context, d *broker.Delivery, dec *decisi
 		}
 		dec.stored = true
 		p.observe(d, dec)
+		if parked {
+			p.parked.note(s.Resend.SubscriptionID)
+		}
 	}
 	if s.Resend != nil && !parked {
 		msg := publish.Message(publish.Pending{Send: *s.Resend, Event: EventOf(d)}, p.now())

@@ -39,6 +39,7 @@ func (d *twoSubs) Settle(_ context.Context, s Settlement) error {
 
 func (d *twoSubs) MarkSent(context.Context, []uuid.UUID, time.Time) error { return nil }
 func (d *twoSubs) Release(context.Context, []uuid.UUID) error             { return nil }
+func (*twoSubs) ReleaseParked(context.Context, uuid.UUID) (int, error)    { return 0, nil }
 
 // TestDispatcherIsolatesAHangingEndpoint: messages of an endpoint that
 // hangs fill the prefetch window while it merely looks busy; once its
@@ -64,33 +65,14 @@ func TestDispatcherIsolatesAHangingEndpoint(t *testing.T) {
 	fastSub := subscriptions.Subscription{ID: uuid.New(), Type: subscriptions.TypePush, PushURL: fast.URL, Status: subscriptions.StatusActive}
 	db := &twoSubs{subs: map[uuid.UUID]subscriptions.Subscription{slowSub.ID: slowSub, fastSub.ID: fastSub}, out: map[publish.Status]int{}}
 
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
-	b := broker.NewEmbedded(logger)
-	t.Cleanup(func() { _ = b.Close() })
-	queue := broker.Destination{Address: "push", Queue: "push"}
-	cfg := DefaultConfig(queue)
-	// A window of 12: 2 hanging requests + 10 held messages fill it.
-	cfg.Workers, cfg.PerSubscription, cfg.Backlog, cfg.Prefetch = 8, 2, 2, 12
-	cfg.SlowAfter, cfg.ShutdownGrace = 100*time.Millisecond, 100*time.Millisecond
-	d := New(cfg, b, db, db, NewHTTPClient(10*time.Second, loopbackAllowed()), time.Now, logger)
-	send := func(sub uuid.UUID) {
-		ev := publish.Event{ID: uuid.New(), RoomID: uuid.New(), EventType: "tick", Version: 1, Payload: []byte(`{}`), PublishedAt: time.Now()}
-		s := publish.Send{ID: uuid.New(), EventID: ev.ID, RoomID: ev.RoomID, CorrelationID: "c", SubscriptionID: sub,
-			Destination: queue.FQQN(), Attempt: 1, CreatedAt: time.Now()}
-		if err := b.Send(context.Background(), publish.Message(publish.Pending{Send: s, Event: ev}, time.Now())); err != nil {
-			t.Fatal(err)
-		}
-	}
+	d, send := smallWindowDispatcher(t, db, db)
 	for range 12 {
 		send(slowSub.ID)
 	}
 	for range 20 {
 		send(fastSub.ID)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	runDispatcher(t, d)
 
 	// The hanging requests last 10 s; the fast endpoint must not wait for them.
 	eventually(t, 3*time.Second, "the fast endpoint's 20 deliveries", func() bool { return fastGot.Load() == 20 })
@@ -99,4 +81,34 @@ func TestDispatcherIsolatesAHangingEndpoint(t *testing.T) {
 	if db.out[StatusDeferred] != 8 {
 		t.Errorf("%d deferrals, want the 8 held messages beyond the backlog of 2", db.out[StatusDeferred])
 	}
+}
+
+// smallWindowDispatcher is a Dispatcher on an embedded broker with a
+// prefetch window of 12 (2 requests per subscription, a backlog of 2, slow
+// after 100 ms), and a function that queues a first copy for a subscription.
+func smallWindowDispatcher(t *testing.T, dir Directory, log Log) (*Dispatcher, func(sub uuid.UUID)) {
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	b := broker.NewEmbedded(logger)
+	t.Cleanup(func() { _ = b.Close() })
+	queue := broker.Destination{Address: "push", Queue: "push"}
+	cfg := DefaultConfig(queue)
+	cfg.Workers, cfg.PerSubscription, cfg.Backlog, cfg.Prefetch = 8, 2, 2, 12
+	cfg.SlowAfter, cfg.ShutdownGrace = 100*time.Millisecond, 100*time.Millisecond
+	d := New(cfg, b, dir, log, NewHTTPClient(10*time.Second, loopbackAllowed()), time.Now, logger)
+	return d, func(sub uuid.UUID) {
+		ev := publish.Event{ID: uuid.New(), RoomID: uuid.New(), EventType: "tick", Version: 1, Payload: []byte(`{}`), PublishedAt: time.Now()}
+		s := publish.Send{ID: uuid.New(), EventID: ev.ID, RoomID: ev.RoomID, CorrelationID: "c", SubscriptionID: sub,
+			Destination: queue.FQQN(), Attempt: 1, CreatedAt: time.Now()}
+		if err := b.Send(context.Background(), publish.Message(publish.Pending{Send: s, Event: ev}, time.Now())); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// runDispatcher runs d until the test ends.
+func runDispatcher(t *testing.T, d *Dispatcher) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
 }

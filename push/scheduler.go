@@ -100,6 +100,14 @@ func (s *scheduler) take() *job {
 	return j
 }
 
+// quick reports whether no running job of key started slowAfter ago or
+// more (always false with slowAfter 0).
+func (s *scheduler) quick(key uuid.UUID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return !s.slow(key)
+}
+
 // slow reports whether a running job of key started slowAfter ago or more;
 // with slowAfter 0 every subscription counts as slow (a full backlog alone
 // defers).

@@ -263,6 +263,21 @@ func (s *Push) Release(ctx context.Context, ids []uuid.UUID) error {
 	return s.db.Events().Release(ctx, ids)
 }
 
+// ReleaseParked implements push.Log: the subscription's parked copies
+// become claimable at once. A copy a relay has claimed since is no longer
+// held by push.ParkedOwner and is left alone (the UPDATE rechecks the holder
+// under the row's lock), so nothing is sent twice.
+func (s *Push) ReleaseParked(ctx context.Context, subscription uuid.UUID) (int, error) {
+	var n int64
+	err := retryConflicts(ctx, func() error {
+		res := s.tx(ctx).Model(&outboxRow{}).Where("claimed_by = ?", push.ParkedOwner(subscription)).
+			Updates(map[string]any{"claimed_by": "", "claimed_until": nil})
+		n = res.RowsAffected
+		return res.Error
+	})
+	return int(n), translate(err, nil, nil)
+}
+
 // DeadLetters implements push.DeadLetterStore.
 func (s *Push) DeadLetters(ctx context.Context, subscriptionID uuid.UUID, limit int, after uuid.UUID) ([]push.DeadLetter, error) {
 	tx := s.tx(ctx).Where("subscription_id = ?", subscriptionID).Order("id")

@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -141,6 +142,73 @@ func TestDeferredCopyWaitsOutItsLease(t *testing.T) {
 					t.Errorf("copy %s: held %d, x-held %q, delay %s; want held %d (found %v) and no delay",
 						p.ID, p.Held, msg.Headers[publish.HeaderHeld], msg.Delay, held, ok)
 				}
+			}
+		})
+	}
+}
+
+// TestParkedCopiesRelease: parked copies (leased to push.ParkedOwner) are
+// not in the outbox backlog until their deferral ends but are counted as
+// parked; releasing one subscription's makes exactly those claimable at
+// once, and leaves alone a copy a relay has claimed since.
+func TestParkedCopiesRelease(t *testing.T) {
+	t.Parallel()
+	for _, d := range storetest.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := storetest.Open(t, d)
+			ev := db.Events()
+			sends := outboxFixture(t, ev, 3, false)
+			if ids := claimIDs(t, ev, "relay-a", time.Hour); len(ids) != 3 {
+				t.Fatalf("claimed %d fixture sends, want 3", len(ids))
+			}
+			counts := func() (int, int) {
+				t.Helper()
+				owed, _, err := ev.OutboxBacklog(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				parked, err := ev.ParkedCopies(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return owed, parked
+			}
+			now := time.Now().UTC()
+			subA, subB := uuid.New(), uuid.New()
+			park := func(i int, sub uuid.UUID) push.Settlement {
+				c := sends[i]
+				c.ID, c.Held, c.ScheduledDelay, c.CreatedAt = uuid.Must(uuid.NewV7()), 1, time.Hour, now
+				return push.Settlement{SendID: sends[i].ID, Resend: &c, Owner: push.ParkedOwner(sub), Until: now.Add(time.Hour),
+					Attempt: push.Attempt{Status: push.StatusDeferred, Error: "deferred", At: now, NextAttemptAt: now.Add(time.Hour)}}
+			}
+			a0, a1, b := park(0, subA), park(1, subA), park(2, subB)
+			if err := db.Push().SettleAll(ctx, []push.Settlement{a0, a1, b}); err != nil {
+				t.Fatal(err)
+			}
+			if owed, parked := counts(); owed != 3 || parked != 3 {
+				t.Fatalf("backlog %d, parked %d; want the 3 fixture sends owed and 3 copies parked", owed, parked)
+			}
+			if ids := claimIDs(t, ev, "relay-b", time.Minute); len(ids) != 0 {
+				t.Fatalf("claimed %v while parked", ids)
+			}
+			if n, err := db.Push().ReleaseParked(ctx, subA); err != nil || n != 2 {
+				t.Fatalf("released %d, %v; want subscription A's 2 copies", n, err)
+			}
+			if owed, parked := counts(); owed != 5 || parked != 1 {
+				t.Errorf("after the release: backlog %d, parked %d; want 5 and 1", owed, parked)
+			}
+			got, want := claimIDs(t, ev, "relay-b", time.Minute), []uuid.UUID{a0.Resend.ID, a1.Resend.ID} // in id order
+			if !slices.Equal(got, want) {
+				t.Fatalf("claimed %v after the release, want A's copies %v", got, want)
+			}
+			// Claimed by relay-b now: a second release must not free them.
+			if n, err := db.Push().ReleaseParked(ctx, subA); err != nil || n != 0 {
+				t.Errorf("second release: %d, %v; want 0 (the relay holds them)", n, err)
+			}
+			if ids := claimIDs(t, ev, "relay-c", time.Minute); len(ids) != 0 {
+				t.Errorf("relay-c claimed %v: copies a relay holds were released", ids)
 			}
 		})
 	}

@@ -77,7 +77,7 @@ func newServerWithMetrics(cfg Config, logger *slog.Logger, db *store.DB, b broke
 	e.GET("/readyz", readiness(db, b, relay))
 	// Unauthenticated like the probes: keep it off the public network.
 	e.GET("/metrics", echo.WrapHandler(m.Handler()))
-	stats := metrics.StoreQueries{Outbox: db.Events().OutboxBacklog}
+	stats := metrics.StoreQueries{Outbox: db.Events().OutboxBacklog, Parked: db.Events().ParkedCopies}
 	if withAPI {
 		stats.Leases = db.Leases().Outstanding
 	}

@@ -1,0 +1,90 @@
+package push
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/roomhub/messaging-api/publish"
+)
+
+// parkedSubs remembers the subscriptions this dispatcher parked copies of
+// (see ParkedOwner) and when their parked copies were last released.
+type parkedSubs struct {
+	mu sync.Mutex
+	m  map[uuid.UUID]parkedSub
+}
+
+type parkedSub struct {
+	parked   bool      // copies parked since the last release
+	released time.Time // the last release
+}
+
+// note records that a copy of sub was parked.
+func (ps *parkedSubs) note(sub uuid.UUID) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.m == nil {
+		ps.m = map[uuid.UUID]parkedSub{}
+	}
+	st := ps.m[sub]
+	st.parked = true
+	ps.m[sub] = st
+}
+
+// claim reports whether sub's parked copies should be released now: some
+// were parked here since the last release, or heldCopy (the delivery that
+// went quickly was itself deferred before, so another dispatcher may have
+// parked its siblings); and the last release was at least every ago. It
+// records the release; entries idle for a minute are forgotten.
+func (ps *parkedSubs) claim(sub uuid.UUID, heldCopy bool, now time.Time, every time.Duration) bool {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	st, ok := ps.m[sub]
+	if (!st.parked && !heldCopy) || (ok && now.Sub(st.released) < every) {
+		return false
+	}
+	if ps.m == nil {
+		ps.m = map[uuid.UUID]parkedSub{}
+	}
+	if len(ps.m) >= 1024 {
+		for k, v := range ps.m {
+			if !v.parked && now.Sub(v.released) > time.Minute {
+				delete(ps.m, k)
+			}
+		}
+	}
+	ps.m[sub] = parkedSub{released: now}
+	return true
+}
+
+// releaseParked ends the deferral of the subscription's parked copies early
+// once it answers quickly again: a delivery that took less than SlowAfter
+// while none of the subscription's requests has been running that long.
+// Without it, a recovered endpoint's messages would wait out their
+// deferrals (up to 4 s each, more after several). At most once per
+// DeferDelay per subscription and process: each release is one UPDATE of
+// the outbox, and an endpoint quick for one request may hang on the next.
+func (p *Dispatcher) releaseParked(ctx context.Context, sched *scheduler, j *job, latency time.Duration) {
+	if p.cfg.SlowAfter <= 0 || latency >= p.cfg.SlowAfter || !sched.quick(j.key) {
+		return
+	}
+	if !p.parked.claim(j.key, j.d.Headers[publish.HeaderHeld] != "", p.now(), p.cfg.DeferDelay) {
+		return
+	}
+	go func() {
+		n, err := p.log.ReleaseParked(context.WithoutCancel(ctx), j.key)
+		switch {
+		case err != nil:
+			// The copies wait out their deferrals instead.
+			p.logger.WarnContext(ctx, "push: could not release a subscription's parked copies", slog.Any("error", err),
+				slog.String("subscription_id", j.key.String()))
+		case n > 0:
+			p.logger.InfoContext(ctx, "push: the subscription answers quickly again; its parked copies are released",
+				slog.String("subscription_id", j.key.String()), slog.Int("released", n))
+		}
+	}()
+}
