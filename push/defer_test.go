@@ -69,7 +69,7 @@ func (l *settleRecorder) MarkSent(_ context.Context, ids []uuid.UUID, _ time.Tim
 
 func (l *settleRecorder) Release(context.Context, []uuid.UUID) error { return nil }
 
-func (l *settleRecorder) ReleaseParked(_ context.Context, sub uuid.UUID) (int, error) {
+func (l *settleRecorder) ReleaseParked(_ context.Context, sub uuid.UUID, _ time.Time) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.released = append(l.released, sub)

@@ -81,9 +81,11 @@ type Log interface {
 	MarkSent(ctx context.Context, ids []uuid.UUID, at time.Time) error
 	Release(ctx context.Context, ids []uuid.UUID) error
 	// ReleaseParked ends the leases of the subscription's parked copies
-	// (those leased to ParkedOwner(subscription)), so that the outbox relay
-	// sends them at its next claim, and returns how many it released.
-	ReleaseParked(ctx context.Context, subscription uuid.UUID) (int, error)
+	// (those leased to ParkedOwner(subscription)) at at, so that the outbox
+	// relay sends them at its next claim, with no delay left (a copy's
+	// scheduled delay becomes what it waited), and returns how many it
+	// released.
+	ReleaseParked(ctx context.Context, subscription uuid.UUID, at time.Time) (int, error)
 }
 
 // ParkedPrefix begins the outbox lease holder of every parked copy.
@@ -180,6 +182,8 @@ type Dispatcher struct {
 	gate     *gate
 	commit   *committer
 	parked   parkedSubs
+	// onRelease runs after parked copies were released (OnParkedReleased).
+	onRelease func()
 }
 
 // New returns a Dispatcher; Run starts it.

@@ -76,7 +76,7 @@ func (p *Dispatcher) releaseParked(ctx context.Context, sched *scheduler, j *job
 		return
 	}
 	go func() {
-		n, err := p.log.ReleaseParked(context.WithoutCancel(ctx), j.key)
+		n, err := p.log.ReleaseParked(context.WithoutCancel(ctx), j.key, p.now())
 		switch {
 		case err != nil:
 			// The copies wait out their deferrals instead.
@@ -85,6 +85,17 @@ func (p *Dispatcher) releaseParked(ctx context.Context, sched *scheduler, j *job
 		case n > 0:
 			p.logger.InfoContext(ctx, "push: the subscription answers quickly again; its parked copies are released",
 				slog.String("subscription_id", j.key.String()), slog.Int("released", n))
+			if p.onRelease != nil {
+				p.onRelease()
+			}
 		}
 	}()
+}
+
+// OnParkedReleased sets f to run after parked copies were released: the
+// process's outbox relay's Notify, so that they go at once rather than at
+// its next poll. Call before Run.
+func (p *Dispatcher) OnParkedReleased(f func()) *Dispatcher {
+	p.onRelease = f
+	return p
 }

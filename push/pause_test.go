@@ -48,9 +48,9 @@ func (f *flakyDB) Settle(_ context.Context, s Settlement) error {
 	return nil
 }
 
-func (f *flakyDB) MarkSent(context.Context, []uuid.UUID, time.Time) error { return nil }
-func (f *flakyDB) Release(context.Context, []uuid.UUID) error             { return nil }
-func (*flakyDB) ReleaseParked(context.Context, uuid.UUID) (int, error)    { return 0, nil }
+func (f *flakyDB) MarkSent(context.Context, []uuid.UUID, time.Time) error         { return nil }
+func (f *flakyDB) Release(context.Context, []uuid.UUID) error                     { return nil }
+func (*flakyDB) ReleaseParked(context.Context, uuid.UUID, time.Time) (int, error) { return 0, nil }
 
 func (f *flakyDB) ping(context.Context) error {
 	if f.down.Load() {

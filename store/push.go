@@ -264,18 +264,44 @@ func (s *Push) Release(ctx context.Context, ids []uuid.UUID) error {
 }
 
 // ReleaseParked implements push.Log: the subscription's parked copies
-// become claimable at once. A copy a relay has claimed since is no longer
-// held by push.ParkedOwner and is left alone (the UPDATE rechecks the holder
-// under the row's lock), so nothing is sent twice.
-func (s *Push) ReleaseParked(ctx context.Context, subscription uuid.UUID) (int, error) {
-	var n int64
+// become claimable at once, and each one's scheduled delay becomes what it
+// has waited, so that the relay sends it with no delay left (publish.Message
+// counts the delay from the copy's creation) and the log shows when it was
+// due. A copy a relay has claimed since is no longer held by
+// push.ParkedOwner and is left alone (the UPDATE rechecks the holder under
+// the row's lock; on PostgreSQL the released rows stay locked, out of the
+// claims' reach, until their delays are written), so nothing is sent twice.
+// Rare (once per recovery of a slow subscription): one UPDATE per copy.
+func (s *Push) ReleaseParked(ctx context.Context, subscription uuid.UUID, at time.Time) (int, error) {
+	var n int
 	err := retryConflicts(ctx, func() error {
-		res := s.tx(ctx).Model(&outboxRow{}).Where("claimed_by = ?", push.ParkedOwner(subscription)).
-			Updates(map[string]any{"claimed_by": "", "claimed_until": nil})
-		n = res.RowsAffected
-		return res.Error
+		return s.tx(ctx).Transaction(func(tx *gorm.DB) error {
+			var ids []uuid.UUID
+			if err := tx.Raw("UPDATE outbox SET claimed_by = '', claimed_until = NULL WHERE claimed_by = ? RETURNING send_id",
+				push.ParkedOwner(subscription)).Scan(&ids).Error; err != nil {
+				return err
+			}
+			n = len(ids)
+			if n == 0 {
+				return nil
+			}
+			var rows []sendRow
+			if err := tx.Select("id", "created_at", "scheduled_delay").Where("id IN ?", ids).Order("id").Find(&rows).Error; err != nil {
+				return err
+			}
+			for _, r := range rows {
+				waited := max(0, at.Sub(r.CreatedAt).Milliseconds())
+				if waited >= r.ScheduledDelay {
+					continue
+				}
+				if err := tx.Model(&sendRow{}).Where("id = ?", r.ID).Update("scheduled_delay", waited).Error; err != nil {
+					return err
+				}
+			}
+			return nil
+		})
 	})
-	return int(n), translate(err, nil, nil)
+	return n, translate(err, nil, nil)
 }
 
 // DeadLetters implements push.DeadLetterStore.

@@ -150,7 +150,8 @@ func TestDeferredCopyWaitsOutItsLease(t *testing.T) {
 // TestParkedCopiesRelease: parked copies (leased to push.ParkedOwner) are
 // not in the outbox backlog until their deferral ends but are counted as
 // parked; releasing one subscription's makes exactly those claimable at
-// once, and leaves alone a copy a relay has claimed since.
+// once, with no delay left, and leaves alone a copy a relay has claimed
+// since.
 func TestParkedCopiesRelease(t *testing.T) {
 	t.Parallel()
 	for _, d := range storetest.Dialects {
@@ -193,18 +194,31 @@ func TestParkedCopiesRelease(t *testing.T) {
 			if ids := claimIDs(t, ev, "relay-b", time.Minute); len(ids) != 0 {
 				t.Fatalf("claimed %v while parked", ids)
 			}
-			if n, err := db.Push().ReleaseParked(ctx, subA); err != nil || n != 2 {
+			releasedAt := time.Now().UTC()
+			if n, err := db.Push().ReleaseParked(ctx, subA, releasedAt); err != nil || n != 2 {
 				t.Fatalf("released %d, %v; want subscription A's 2 copies", n, err)
 			}
 			if owed, parked := counts(); owed != 5 || parked != 1 {
 				t.Errorf("after the release: backlog %d, parked %d; want 5 and 1", owed, parked)
 			}
-			got, want := claimIDs(t, ev, "relay-b", time.Minute), []uuid.UUID{a0.Resend.ID, a1.Resend.ID} // in id order
+			ps, err := ev.ClaimPending(ctx, "relay-b", time.Now().Add(time.Minute), 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, want := make([]uuid.UUID, len(ps)), []uuid.UUID{a0.Resend.ID, a1.Resend.ID} // in id order
+			for i, p := range ps {
+				got[i] = p.ID
+				// Sent at once, its delay what it waited: not the hour planned.
+				if waited := releasedAt.Sub(now); p.ScheduledDelay > waited+time.Millisecond || publish.Message(p, time.Now()).Delay != 0 {
+					t.Errorf("released copy %s: scheduled delay %s (waited %s), sent with delay %s; want no delay left",
+						p.ID, p.ScheduledDelay, waited, publish.Message(p, time.Now()).Delay)
+				}
+			}
 			if !slices.Equal(got, want) {
 				t.Fatalf("claimed %v after the release, want A's copies %v", got, want)
 			}
 			// Claimed by relay-b now: a second release must not free them.
-			if n, err := db.Push().ReleaseParked(ctx, subA); err != nil || n != 0 {
+			if n, err := db.Push().ReleaseParked(ctx, subA, time.Now()); err != nil || n != 0 {
 				t.Errorf("second release: %d, %v; want 0 (the relay holds them)", n, err)
 			}
 			if ids := claimIDs(t, ev, "relay-c", time.Minute); len(ids) != 0 {

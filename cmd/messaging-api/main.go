@@ -116,7 +116,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		// The dispatcher stops with ctx: it finishes in-flight deliveries
 		// while the HTTP server drains.
 		d := push.New(cfg.Push, b, db.Push(), db.Push(), push.NewHTTPClient(cfg.Push.Timeout, cfg.PushTarget), clock, logger).
-			Observe(m).WatchDatabase(db.Ping, time.Second)
+			Observe(m).WatchDatabase(db.Ping, time.Second).OnParkedReleased(relay.Notify)
 		wg.Go(func() {
 			if err := d.Run(ctx); err != nil {
 				logger.Error("push dispatcher failed", slog.Any("error", err))
