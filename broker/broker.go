@@ -29,6 +29,28 @@ var ErrClosed = errors.New("broker: closed")
 // delay ends: it was not sent, and can never be delivered.
 var ErrExpired = errors.New("broker: message expires before it is due")
 
+// ErrRefused matches (errors.Is) the error of a Send the broker refused: it
+// answered the SEND with an ERROR frame (no such queue and auto-create off,
+// not authorised, address full with the FAIL policy, ...), or the message
+// could not be sent at all (see validateMessage). Retrying at once gets the
+// same answer; the broker was reachable.
+var ErrRefused = errors.New("broker: refused")
+
+// refusedError is a refusal: its text is the cause's, and it matches ErrRefused.
+type refusedError struct{ err error }
+
+func (e refusedError) Error() string        { return e.err.Error() }
+func (e refusedError) Unwrap() error        { return e.err }
+func (e refusedError) Is(target error) bool { return target == ErrRefused }
+
+// refused marks err as a refusal (nil stays nil).
+func refused(err error) error {
+	if err == nil {
+		return nil
+	}
+	return refusedError{err}
+}
+
 // ErrStaleDelivery is returned by Ack when the connection the message arrived on
 // is gone; the broker redelivers the message, so the caller must not treat it as
 // lost or as acknowledged.

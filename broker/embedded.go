@@ -191,7 +191,7 @@ var _ Broker = (*embeddedClient)(nil)
 // and dropped, as a broker would.
 func (c *embeddedClient) Send(ctx context.Context, msg Message) error {
 	if err := validateMessage(msg); err != nil {
-		return err
+		return refused(err)
 	}
 	if err := ctx.Err(); err != nil {
 		return err

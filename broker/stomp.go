@@ -109,7 +109,7 @@ func (b *stompBroker) isClosed() bool {
 // twice; at-least-once delivery allows that, losing it would not be.
 func (b *stompBroker) Send(ctx context.Context, msg Message) error {
 	if err := validateMessage(msg); err != nil {
-		return err
+		return refused(err)
 	}
 	if b.isClosed() {
 		return ErrClosed
@@ -138,7 +138,7 @@ func (b *stompBroker) Send(ctx context.Context, msg Message) error {
 		case errors.Is(err, ErrClosed), ctx.Err() != nil:
 			return sendError(dest, err, lastErr)
 		case isRefusal(err):
-			return fmt.Errorf("broker: %s refused the message: %w", b.cfg.dialect, err)
+			return refused(fmt.Errorf("broker: %s refused the message: %w", b.cfg.dialect, err))
 		}
 		lastErr = err
 		b.log.DebugContext(ctx, "broker: send failed, retrying", "destination", dest,

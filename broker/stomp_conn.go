@@ -98,6 +98,28 @@ type conn struct {
 	sock    *watchedConn
 	name    string
 	started time.Time
+	// refused is closed when the broker answers a SEND on this connection
+	// with ERROR: a broker closes the connection after an ERROR frame (and
+	// go-stomp does too), so its death is the refusal's, not an outage's.
+	refused     chan struct{}
+	refusedOnce sync.Once
+}
+
+// refusalGrace is how long a dead connection's link waits to learn whether
+// a refusal killed it: go-stomp may report the socket's end before the
+// refused send returns.
+const refusalGrace = 200 * time.Millisecond
+
+// wasRefused reports whether a refusal ended c, waiting up to grace.
+func (c *conn) wasRefused(grace time.Duration) bool {
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-c.refused:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // dial opens one STOMP connection, bounded by connectTimeout and ctx.
@@ -133,7 +155,7 @@ func (b *stompBroker) dial(ctx context.Context, name string) (*conn, error) {
 		_ = sock.Close()
 		return nil, fmt.Errorf("broker: connect to %s: %w", b.cfg.addr, err)
 	}
-	return &conn{sc: sc, sock: sock, name: name, started: time.Now()}, nil
+	return &conn{sc: sc, sock: sock, name: name, started: time.Now(), refused: make(chan struct{})}, nil
 }
 
 func (b *stompBroker) connectOptions() []func(*stomp.Conn) error {
@@ -203,6 +225,9 @@ func (c *conn) send(dest, contentType string, body []byte, timeout time.Duration
 	}
 	if err == nil {
 		return nil
+	}
+	if isRefusal(err) {
+		c.refusedOnce.Do(func() { close(c.refused) })
 	}
 	if cause := c.sock.deathCause(); cause != nil && !errors.Is(cause, errClosedLocally) && !isRefusal(err) {
 		return fmt.Errorf("broker: send to %s on %s: %w (%w)", dest, c.name, err, cause)
@@ -321,9 +346,18 @@ func (l *link) run(first *conn) {
 		select {
 		case <-c.sock.dead:
 			l.set(nil)
-			l.b.connectionLost(l.name, c, nil)
 			_ = c.sock.Close()
-			flaps = l.b.nextFlaps(c, flaps)
+			if c.wasRefused(refusalGrace) {
+				// The broker refused one message and closed the connection
+				// after its ERROR frame: it is up, so redial at once, or every
+				// refusal would leave this sender down for a growing backoff
+				// (and all of them down: the service not ready).
+				l.b.log.Info("broker: connection closed after the broker refused a message; redialing", "conn", l.name)
+				flaps = 0
+			} else {
+				l.b.connectionLost(l.name, c, nil)
+				flaps = l.b.nextFlaps(c, flaps)
+			}
 			c = nil
 		case <-ctx.Done():
 			l.set(nil)

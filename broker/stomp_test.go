@@ -85,8 +85,8 @@ func TestStompSendDuringOutage(t *testing.T) {
 
 	short, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
-	if err := b.Send(short, msg); !errors.Is(err, context.DeadlineExceeded) {
-		t.Errorf("Send during an outage with a short context: %v, want DeadlineExceeded", err)
+	if err := b.Send(short, msg); !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, broker.ErrRefused) {
+		t.Errorf("Send during an outage with a short context: %v, want DeadlineExceeded (and no refusal)", err)
 	}
 
 	done := make(chan error, 1)
@@ -143,25 +143,62 @@ func TestStompReceiptTimeout(t *testing.T) {
 	}
 }
 
-// TestStompRefusal: an ERROR frame answering a SEND is returned at once, not
-// retried until the context ends.
-func TestStompRefusal(t *testing.T) {
-	fs := newFakeStomp(t)
+// refuseSends makes fs answer each SEND to a destination refuse matches as
+// a broker refusing it does: an ERROR frame with message, then a closed
+// connection.
+func refuseSends(fs *fakeStomp, message string, refuse func(dest string) bool) {
 	fs.onSend = func(fc *fakeConn, f *frame.Frame) bool {
-		e := frame.New(frame.ERROR, frame.Message, "AMQ229032: not allowed", frame.ReceiptId, f.Header.Get(frame.Receipt))
+		if !refuse(f.Header.Get(frame.Destination)) {
+			return false
+		}
+		e := frame.New(frame.ERROR, frame.Message, message, frame.ReceiptId, f.Header.Get(frame.Receipt))
 		e.Body = []byte("details")
 		fs.write(fc, e)
 		_ = fc.nc.Close()
 		return true
 	}
+}
+
+// TestStompRefusal: an ERROR frame answering a SEND is returned at once, not
+// retried until the context ends.
+func TestStompRefusal(t *testing.T) {
+	fs := newFakeStomp(t)
+	refuseSends(fs, "AMQ229032: not allowed", func(string) bool { return true })
 	b := openFake(t, fs, "dialect=artemis")
 	start := time.Now()
 	err := b.Send(testCtx(t), broker.Message{Destination: broker.Destination{Address: "a", Queue: "q"}, Body: []byte("x"), Attempt: 1})
 	if err == nil || !strings.Contains(err.Error(), "AMQ229032") {
 		t.Fatalf("Send: %v, want the broker's refusal", err)
 	}
+	if !errors.Is(err, broker.ErrRefused) {
+		t.Errorf("Send: %v does not match broker.ErrRefused", err)
+	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("refusal took %s: it was retried", d)
+	}
+}
+
+// TestStompRefusalsRedialAtOnce: a broker closes the connection after an
+// ERROR frame; a refusal is not an outage, so the sender redials at once
+// instead of backing off further with each refusal (which left every sender
+// down for seconds, the service unready, after a handful of refusals).
+func TestStompRefusalsRedialAtOnce(t *testing.T) {
+	fs := newFakeStomp(t)
+	refuseSends(fs, "AMQ229017: Queue q does not exist", func(dest string) bool { return dest == "bad::q" })
+	b := openFake(t, fs, "dialect=artemis&senders=1")
+	bad := broker.Message{Destination: broker.Destination{Address: "bad", Queue: "q"}, Body: []byte("x"), Attempt: 1}
+	start := time.Now()
+	for i := range 8 {
+		if err := b.Send(testCtx(t), bad); !errors.Is(err, broker.ErrRefused) {
+			t.Fatalf("send %d: %v, want a refusal", i+1, err)
+		}
+	}
+	if err := b.Send(testCtx(t), broker.Message{Destination: broker.Destination{Address: "good", Queue: "q"}, Body: []byte("x"), Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// Backing off as after 8 connections that died young took 15 s.
+	if d := time.Since(start); d > 2500*time.Millisecond {
+		t.Errorf("8 refusals and a send took %s: the sender backed off after refusals", d)
 	}
 }
 
