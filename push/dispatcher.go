@@ -182,6 +182,8 @@ type Dispatcher struct {
 	gate     *gate
 	commit   *committer
 	parked   parkedSubs
+	// releasing counts releases of parked copies under way (Run waits).
+	releasing sync.WaitGroup
 	// onRelease runs after parked copies were released (OnParkedReleased).
 	onRelease func()
 }
@@ -290,6 +292,7 @@ read:
 		cancelWork()
 		<-finished
 	}
+	p.releasing.Wait()
 	p.logger.Info("push dispatcher stopped")
 	return nil
 }
@@ -563,7 +566,7 @@ func (p *Dispatcher) settle(ctx context.Context, d *broker.Delivery, dec *decisi
 		dec.stored = true
 		p.observe(d, dec)
 		if parked {
-			p.parked.note(s.Resend.SubscriptionID)
+			p.parked.note(s.Resend.SubscriptionID, p.now())
 		}
 	}
 	if s.Resend != nil && !parked {

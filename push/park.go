@@ -20,18 +20,24 @@ type parkedSubs struct {
 
 type parkedSub struct {
 	parked   bool      // copies parked since the last release
+	noted    time.Time // the last copy parked
 	released time.Time // the last release
 }
 
-// note records that a copy of sub was parked.
-func (ps *parkedSubs) note(sub uuid.UUID) {
+// parkedMemory is how long an entry is kept without a release or a copy
+// parked: far longer than any parked copy waits (parkDeferrals deferrals of
+// at most a few seconds), so a forgotten entry has no copy left to release.
+const parkedMemory = 10 * time.Minute
+
+// note records that a copy of sub was parked at now.
+func (ps *parkedSubs) note(sub uuid.UUID, now time.Time) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
 	if ps.m == nil {
 		ps.m = map[uuid.UUID]parkedSub{}
 	}
 	st := ps.m[sub]
-	st.parked = true
+	st.parked, st.noted = true, now
 	ps.m[sub] = st
 }
 
@@ -39,7 +45,9 @@ func (ps *parkedSubs) note(sub uuid.UUID) {
 // were parked here since the last release, or heldCopy (the delivery that
 // went quickly was itself deferred before, so another dispatcher may have
 // parked its siblings); and the last release was at least every ago. It
-// records the release; entries idle for a minute are forgotten.
+// records the release. Past 1024 entries, those idle for a minute (and,
+// when some were parked, for parkedMemory: a deleted subscription's) are
+// forgotten.
 func (ps *parkedSubs) claim(sub uuid.UUID, heldCopy bool, now time.Time, every time.Duration) bool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
@@ -52,7 +60,7 @@ func (ps *parkedSubs) claim(sub uuid.UUID, heldCopy bool, now time.Time, every t
 	}
 	if len(ps.m) >= 1024 {
 		for k, v := range ps.m {
-			if !v.parked && now.Sub(v.released) > time.Minute {
+			if (!v.parked && now.Sub(v.released) > time.Minute) || (v.parked && now.Sub(v.noted) > parkedMemory) {
 				delete(ps.m, k)
 			}
 		}
@@ -75,8 +83,12 @@ func (p *Dispatcher) releaseParked(ctx context.Context, sched *scheduler, j *job
 	if !p.parked.claim(j.key, j.d.Headers[publish.HeaderHeld] != "", p.now(), p.cfg.DeferDelay) {
 		return
 	}
-	go func() {
-		n, err := p.log.ReleaseParked(context.WithoutCancel(ctx), j.key, p.now())
+	// Aside, so that the worker goes on; Run waits for it. Not cancelled by
+	// a shutdown (it is one short UPDATE), but bounded.
+	p.releasing.Go(func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+		defer cancel()
+		n, err := p.log.ReleaseParked(rctx, j.key, p.now())
 		switch {
 		case err != nil:
 			// The copies wait out their deferrals instead.
@@ -89,8 +101,11 @@ func (p *Dispatcher) releaseParked(ctx context.Context, sched *scheduler, j *job
 				p.onRelease()
 			}
 		}
-	}()
+	})
 }
+
+// releaseTimeout bounds one release of parked copies.
+const releaseTimeout = 10 * time.Second
 
 // OnParkedReleased sets f to run after parked copies were released: the
 // process's outbox relay's Notify, so that they go at once rather than at
