@@ -103,7 +103,7 @@ func New(opts Options) *Metrics {
 		}),
 		relayed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "outbox_relayed_total",
-			Help: "Outbox rows the relay handled: sent (broker receipt), failed (released for a later round), expired (before reaching the broker).",
+			Help: "Outbox rows the relay handled: sent (broker receipt), failed (broker unreachable: released for a later round), refused (the broker refused the copy: tried again later), given_up (refused for good: a dead letter, or dropped if its subscription is gone).",
 		}, []string{"result"}),
 		brokerUp: &brokerGauge{desc: prometheus.NewDesc(prometheus.BuildFQName(namespace, "", "broker_connected"),
 			"1 while the broker is connected (read at each scrape).", nil, nil)},
@@ -130,7 +130,7 @@ func New(opts Options) *Metrics {
 			m.deliveries.WithLabelValues(typ, o)
 		}
 	}
-	for _, r := range []string{"sent", "failed", "expired"} {
+	for _, r := range []string{"sent", "failed", "refused", "given_up"} {
 		m.relayed.WithLabelValues(r)
 	}
 	return m

@@ -2,14 +2,11 @@ package publish
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/roomhub/messaging-api/broker"
 )
 
 // The hand-off: a publish stores its sends leased to this process's relay and
@@ -39,7 +36,7 @@ type handoff struct {
 	recMu    sync.Mutex
 	sent     []uuid.UUID
 	failed   []uuid.UUID
-	expired  []Pending
+	refused  []Refusal
 	recWake  chan struct{}
 	inflight sync.WaitGroup
 }
@@ -178,8 +175,10 @@ func (r *Relay) streamOne(ctx context.Context, x handed) {
 		err := r.broker.Send(sctx, Message(x.p, now))
 		cancel()
 		switch {
-		case errors.Is(err, broker.ErrExpired):
-			r.recordLater(func() { h.expired = append(h.expired, x.p) })
+		case refused(err):
+			// The broker's answer, not an outage: the hand-off stays on.
+			f := r.refusal(x.p, err, r.now())
+			r.recordLater(func() { h.refused = append(h.refused, f) })
 		case err != nil:
 			r.setDown(true)
 			r.logger.DebugContext(ctx, "outbox relay: handed-off send failed; released for a claim", slog.Any("error", err),
@@ -253,7 +252,7 @@ func (r *Relay) linger(streamDone <-chan struct{}) {
 	defer t.Stop()
 	for {
 		h.recMu.Lock()
-		n := len(h.sent) + len(h.failed) + len(h.expired)
+		n := len(h.sent) + len(h.failed) + len(h.refused)
 		h.recMu.Unlock()
 		if n >= r.cfg.Batch {
 			return
@@ -273,34 +272,25 @@ func (r *Relay) linger(streamDone <-chan struct{}) {
 func (r *Relay) flush(ctx context.Context) error {
 	h := r.hand
 	h.recMu.Lock()
-	sent, failed, expired := h.sent, h.failed, h.expired
-	h.sent, h.failed, h.expired = nil, nil, nil
+	sent, failed, refusals := h.sent, h.failed, h.refused
+	h.sent, h.failed, h.refused = nil, nil, nil
 	h.recMu.Unlock()
-	if len(sent)+len(failed)+len(expired) == 0 {
+	if len(sent)+len(failed)+len(refusals) == 0 {
 		return nil
 	}
-	recorded := len(sent) + len(expired)
+	recorded := len(sent) + len(refusals)
 	start := time.Now()
 	// As in a round: a confirmed send should be marked even during shutdown.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	expiredIDs := make([]uuid.UUID, len(expired))
-	for i, p := range expired {
-		expiredIDs[i] = p.ID
-	}
 	err := r.store.MarkSent(rctx, sent, r.now())
 	if err == nil {
 		r.obs.Relayed("sent", len(sent))
 		sent = nil
-		err = r.store.Complete(rctx, expiredIDs, StatusExpired, "expired before the broker accepted it", r.now())
+		err = r.recordRefusals(rctx, refusals)
 	}
 	if err == nil {
-		r.obs.Relayed("expired", len(expired))
-		for _, p := range expired {
-			r.logger.InfoContext(ctx, "send expired before it reached the broker", slog.String("send_id", p.ID.String()),
-				slog.String("correlation_id", p.CorrelationID))
-		}
-		expired = nil
+		refusals = nil
 		err = r.store.Release(rctx, failed)
 	}
 	if err == nil {
@@ -312,7 +302,7 @@ func (r *Relay) flush(ctx context.Context) error {
 	}
 	if err != nil {
 		h.recMu.Lock()
-		h.sent, h.failed, h.expired = append(h.sent, sent...), append(h.failed, failed...), append(h.expired, expired...)
+		h.sent, h.failed, h.refused = append(h.sent, sent...), append(h.failed, failed...), append(h.refused, refusals...)
 		h.recMu.Unlock()
 		return err
 	}

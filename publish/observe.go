@@ -15,7 +15,8 @@ type Observer interface {
 
 // RelayObserver is told what the relay did with outbox rows.
 type RelayObserver interface {
-	// Relayed counts n rows: result is sent, failed or expired.
+	// Relayed counts n rows: result is sent, failed (no broker: released),
+	// refused (to be tried again later) or given_up (see Refusal).
 	Relayed(result string, n int)
 }
 

@@ -89,6 +89,33 @@ type Send struct {
 type Pending struct {
 	Send
 	Event Event
+	// Refusals counts how often the broker has refused this copy (see Refusal).
+	Refusals int
+}
+
+// Dead-letter reasons the relay gives; the push dispatcher and pulls have
+// more (see push).
+const (
+	ReasonExpired       = "expired"
+	ReasonBrokerRefused = "broker_refused"
+)
+
+// Refusal is what becomes of a copy the broker refused (broker.ErrRefused):
+// the broker was reachable and said no (no such queue with auto-create off,
+// not authorised, address full with the FAIL policy, ...). It is tried again
+// later, with a growing pause, unless it is given up.
+type Refusal struct {
+	Pending
+	Error string // the broker's answer
+	At    time.Time
+	// RetryAt, when not zero, is when the relay may try the copy again (its
+	// refusal count grows by one); the copy stays owed and pending.
+	RetryAt time.Time
+	// Otherwise the copy is given up: it ends with Status (expired or
+	// dead_lettered), leaves the outbox and becomes a dead letter of Reason
+	// for its subscription, in one transaction.
+	Status Status
+	Reason string
 }
 
 // Lease holds outbox rows for one relay until a time: no other claim takes
@@ -118,8 +145,9 @@ type Store interface {
 	MarkSent(ctx context.Context, ids []uuid.UUID, at time.Time) error
 	// Release gives up the lease on sends that could not be sent.
 	Release(ctx context.Context, ids []uuid.UUID) error
-	// Complete sets the outcome of sends (expired, ...).
-	Complete(ctx context.Context, ids []uuid.UUID, status Status, errText string, at time.Time) error
+	// Refuse records copies the broker refused: each is leased until its
+	// RetryAt, or given up with a dead letter (see Refusal).
+	Refuse(ctx context.Context, refusals []Refusal) error
 	// PurgeEvents deletes events (with their log rows) that q selects and
 	// returns how many went.
 	PurgeEvents(ctx context.Context, q PurgeQuery) (int, error)

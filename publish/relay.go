@@ -58,15 +58,37 @@ type RelayConfig struct {
 	// send them (see Reserve); 0 turns the hand-off off, so that every
 	// publish waits for a claim.
 	HandOff int
+	// MaxRefusals is how often the broker may refuse one copy before the
+	// relay gives it up as a dead letter (reason broker_refused); between
+	// refusals it waits RefusalBackoff(n). 0 means DefaultMaxRefusals.
+	MaxRefusals int
+}
+
+// DefaultMaxRefusals gives a refused copy about four minutes (1 s, 2 s, 4 s,
+// ... then a minute apart) to become acceptable: long enough for a full
+// address to drain or a queue to be created, short enough that a copy the
+// broker will never take does not linger.
+const DefaultMaxRefusals = 10
+
+// RefusalBackoff is how long the relay waits before it sends a copy the
+// broker has refused n+1 times (n from 0) again: 1 s doubling, at most a minute.
+func RefusalBackoff(n int) time.Duration {
+	if n >= 6 {
+		return time.Minute
+	}
+	return time.Second << max(n, 0)
 }
 
 // DefaultRelayConfig suits one API process.
-var DefaultRelayConfig = RelayConfig{Batch: 200, Concurrency: 32, Poll: time.Second, Lease: 30 * time.Second, SendTimeout: 10 * time.Second, HandOff: 4096}
+var DefaultRelayConfig = RelayConfig{Batch: 200, Concurrency: 32, Poll: time.Second, Lease: 30 * time.Second, SendTimeout: 10 * time.Second, HandOff: 4096, MaxRefusals: DefaultMaxRefusals}
 
 // Relay sends the outbox's pending rows to the broker and marks each sent after
 // the broker's receipt. It runs in every API process; the store's claim keeps
 // processes off each other's rows. A crash between send and mark gives a
-// duplicate copy, never a lost one.
+// duplicate copy, never a lost one. A copy the broker refuses (as opposed to
+// a broker it cannot reach) is tried again with a growing pause and given up
+// as a dead letter in the end (see Refusal), without making the relay
+// unhealthy: one poisoned copy must not hold up the others or readiness.
 type Relay struct {
 	store  Store
 	broker Sender
@@ -149,7 +171,66 @@ func NewRelay(store Store, b Sender, cfg RelayConfig, now func() time.Time, logg
 	if cfg.HandOff > 0 {
 		r.hand = newHandoff(cfg.HandOff)
 	}
+	if r.cfg.MaxRefusals <= 0 {
+		r.cfg.MaxRefusals = DefaultMaxRefusals
+	}
 	return r
+}
+
+// refusal decides what becomes of copy p, which the broker refused with err
+// at now. An expired copy is given up as a dead letter of reason expired
+// (as its consumer would have made it), one refused MaxRefusals times as one
+// of reason broker_refused; any other is tried again after RefusalBackoff,
+// or at its expiry when that is sooner. ErrExpired (the broker would drop
+// the copy before its delay ends) counts as expired.
+func (r *Relay) refusal(p Pending, err error, now time.Time) Refusal {
+	f := Refusal{Pending: p, Error: "the broker refused the copy: " + err.Error(), At: now}
+	exp := p.Event.ExpiresAt
+	switch {
+	case errors.Is(err, broker.ErrExpired) || (!exp.IsZero() && !exp.After(now)):
+		f.Status, f.Reason = StatusExpired, ReasonExpired
+	case p.Refusals+1 >= r.cfg.MaxRefusals:
+		f.Status, f.Reason = StatusDeadLettered, ReasonBrokerRefused
+		f.Error = fmt.Sprintf("the broker refused the copy %d times; last: %v", p.Refusals+1, err)
+	default:
+		f.RetryAt = now.Add(RefusalBackoff(p.Refusals))
+		if !exp.IsZero() && exp.Before(f.RetryAt) {
+			f.RetryAt = exp
+		}
+	}
+	return f
+}
+
+// refused reports whether err is the broker's final word on a copy, as
+// opposed to a failure to reach it.
+func refused(err error) bool {
+	return errors.Is(err, broker.ErrRefused) || errors.Is(err, broker.ErrExpired)
+}
+
+// recordRefusals stores refusals and logs and counts them.
+func (r *Relay) recordRefusals(ctx context.Context, refusals []Refusal) error {
+	if len(refusals) == 0 {
+		return nil
+	}
+	if err := r.store.Refuse(ctx, refusals); err != nil {
+		return err
+	}
+	gaveUp := 0
+	for _, f := range refusals {
+		attrs := []any{slog.String("send_id", f.ID.String()), slog.String("correlation_id", f.CorrelationID),
+			slog.String("subscription_id", f.SubscriptionID.String()), slog.String("destination", f.Destination), slog.String("error", f.Error)}
+		if f.RetryAt.IsZero() {
+			gaveUp++
+			r.logger.WarnContext(ctx, "outbox relay: the broker refused a copy; it is now a dead letter",
+				append(attrs, slog.String("reason", f.Reason))...)
+			continue
+		}
+		r.logger.WarnContext(ctx, "outbox relay: the broker refused a copy; trying again later",
+			append(attrs, slog.Int("refusals", f.Refusals+1), slog.Time("retry_at", f.RetryAt))...)
+	}
+	r.obs.Relayed("refused", len(refusals)-gaveUp)
+	r.obs.Relayed("given_up", gaveUp)
+	return nil
 }
 
 // Observe makes o see what each round did; call it before Run.
@@ -243,13 +324,13 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 	claimed := time.Now()
 	now := r.now()
 	var (
-		mu                    sync.Mutex
-		sent, failed, expired []uuid.UUID
-		expiredCorrelation    []string
-		firstErr              error
-		lapsing               int // not sent: the lease would lapse first
-		wg                    sync.WaitGroup
-		sem                   = r.sem
+		mu           sync.Mutex
+		sent, failed []uuid.UUID
+		refusals     []Refusal
+		firstErr     error
+		lapsing      int // not sent: the lease would lapse first
+		wg           sync.WaitGroup
+		sem          = r.sem
 	)
 	// A copy whose event has expired is sent all the same: its consumer
 	// (the push dispatcher or a pull) makes it a dead letter, as it does
@@ -277,9 +358,9 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 			cancel()
 			mu.Lock()
 			defer mu.Unlock()
-			if errors.Is(err, broker.ErrExpired) {
-				expired = append(expired, p.ID)
-				expiredCorrelation = append(expiredCorrelation, p.CorrelationID)
+			if refused(err) {
+				// The broker's answer, not an outage: the relay is healthy.
+				refusals = append(refusals, r.refusal(p, err, r.now()))
 				return
 			}
 			if err != nil {
@@ -303,7 +384,7 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 	if err := r.store.MarkSent(rctx, sent, r.now()); err != nil {
 		return len(pending), err
 	}
-	if err := r.store.Complete(rctx, expired, StatusExpired, "expired before the broker accepted it", r.now()); err != nil {
+	if err := r.recordRefusals(rctx, refusals); err != nil {
 		return len(pending), err
 	}
 	if err := r.store.Release(rctx, failed); err != nil {
@@ -314,15 +395,10 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 	}
 	r.obs.Relayed("sent", len(sent))
 	r.obs.Relayed("failed", len(failed))
-	r.obs.Relayed("expired", len(expired))
-	r.maybeVacuum(ctx, len(sent)+len(expired))
+	r.maybeVacuum(ctx, len(sent)+len(refusals))
 	if r.logger.Enabled(ctx, slog.LevelDebug) {
 		r.logger.DebugContext(ctx, "outbox relay round", slog.Int("claimed", len(pending)), slog.Int("sent", len(sent)),
 			slog.Duration("claim", claimed.Sub(start)), slog.Duration("send", sentAll.Sub(claimed)), slog.Duration("record", time.Since(sentAll)))
-	}
-	for i, id := range expired {
-		r.logger.InfoContext(ctx, "send expired before it reached the broker", slog.String("send_id", id.String()),
-			slog.String("correlation_id", expiredCorrelation[i]))
 	}
 	if lapsing > 0 && firstErr == nil {
 		firstErr = fmt.Errorf("%d sends left for a later claim: the broker is too slow to send them within their %s lease", lapsing, r.cfg.Lease)

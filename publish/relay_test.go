@@ -3,9 +3,11 @@ package publish
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,9 +28,11 @@ type outbox struct {
 }
 
 type outboxRow struct {
-	p       Pending
-	claimed bool
-	status  Status
+	p        Pending
+	claimed  bool
+	status   Status
+	until    time.Time // a refused copy's retry time
+	refusals []Refusal // as recorded, oldest first
 }
 
 func newOutbox() *outbox { return &outbox{rows: map[uuid.UUID]*outboxRow{}} }
@@ -49,7 +53,7 @@ func (o *outbox) ClaimPending(_ context.Context, _ string, _ time.Time, limit in
 	var out []Pending
 	for _, id := range o.order {
 		r := o.rows[id]
-		if len(out) < limit && r.status == StatusPending && !r.claimed {
+		if len(out) < limit && r.status == StatusPending && !r.claimed && !time.Now().Before(r.until) {
 			r.claimed = true
 			out = append(out, r.p)
 		}
@@ -75,9 +79,28 @@ func (o *outbox) Release(_ context.Context, ids []uuid.UUID) error {
 	return nil
 }
 
-func (o *outbox) Complete(_ context.Context, ids []uuid.UUID, s Status, _ string, _ time.Time) error {
-	o.set(ids, func(r *outboxRow) { r.status, r.claimed = s, false })
+func (o *outbox) Refuse(_ context.Context, fs []Refusal) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, f := range fs {
+		r := o.rows[f.ID]
+		r.refusals = append(r.refusals, f)
+		r.claimed = false
+		if f.RetryAt.IsZero() {
+			r.status = f.Status
+			continue
+		}
+		r.p.Refusals++
+		r.until = f.RetryAt
+	}
 	return nil
+}
+
+// row returns a copy of row id.
+func (o *outbox) row(id uuid.UUID) outboxRow {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return *o.rows[id]
 }
 
 func (o *outbox) count(s Status) int {
@@ -92,19 +115,27 @@ func (o *outbox) count(s Status) int {
 	return n
 }
 
-// sink is a broker that counts sends per send id, and fails while down.
+// sink is a broker that counts sends per send id, fails while down, and
+// refuses messages to the address "refused" while refusing.
 type sink struct {
-	mu    sync.Mutex
-	got   map[string]int
-	exp   map[string]string // send id → its x-expires-at header
-	down  atomic.Bool
-	tries atomic.Int64
+	mu       sync.Mutex
+	got      map[string]int
+	exp      map[string]string // send id → its x-expires-at header
+	down     atomic.Bool
+	refusing atomic.Bool
+	tries    atomic.Int64
 }
+
+// errNoQueue is a refusal as broker.Send returns it.
+var errNoQueue = fmt.Errorf("broker: artemis refused the message: %w: AMQ229017: Queue refused does not exist", broker.ErrRefused)
 
 func (s *sink) Send(_ context.Context, m broker.Message) error {
 	s.tries.Add(1)
 	if s.down.Load() {
 		return broker.ErrClosed
+	}
+	if m.Destination.Address == "refused" && s.refusing.Load() {
+		return errNoQueue
 	}
 	time.Sleep(time.Millisecond) // a receipt's round trip
 	s.mu.Lock()
@@ -523,5 +554,113 @@ func TestRelayHandOffAfterStop(t *testing.T) {
 	}
 	if r.hand.free != 100 {
 		t.Errorf("%d places free after the release, want all 100", r.hand.free)
+	}
+}
+
+// addTo adds a pending row for destination with refusals already counted.
+func (o *outbox) addTo(dest string, expires time.Time, refusals int) uuid.UUID {
+	id := o.add(expires)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.rows[id].p.Destination = dest
+	o.rows[id].p.Refusals = refusals
+	return id
+}
+
+// TestRelayRefusals: a copy the broker refuses is not an outage (the relay
+// stays healthy and sends the rest); it is tried again after a growing pause
+// (cut short by its expiry), given up as an expired dead letter once its
+// event has expired, and as a broker_refused one after MaxRefusals refusals;
+// once the broker takes it, it is sent.
+func TestRelayRefusals(t *testing.T) {
+	t.Parallel()
+	o, b := newOutbox(), &sink{got: map[string]int{}}
+	b.refusing.Store(true)
+	cfg := RelayConfig{Batch: 50, Concurrency: 8, Poll: 20 * time.Millisecond, Lease: time.Minute, SendTimeout: time.Second, MaxRefusals: 3}
+	r := NewRelay(o, b, cfg, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	retried := o.addTo("refused::q", time.Time{}, 0)
+	expired := o.addTo("refused::q", time.Now().Add(-time.Second), 0)
+	expiring := o.addTo("refused::q", time.Now().Add(400*time.Millisecond), 0)
+	last := o.addTo("refused::q", time.Time{}, 2)
+	fine := o.addTo("room::q", time.Time{}, 0)
+	start := time.Now()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+
+	waitFor(t, "the first round's outcomes", func() bool {
+		return o.count(StatusSent) == 1 && len(o.row(retried).refusals) == 1 && len(o.row(last).refusals) == 1
+	})
+	if err := r.Healthy(); err != nil {
+		t.Errorf("Healthy() = %v after refusals: the broker was reachable", err)
+	}
+	if o.row(fine).status != StatusSent {
+		t.Errorf("the copy the broker takes: %q, want sent", o.row(fine).status)
+	}
+	for _, c := range []struct {
+		name   string
+		id     uuid.UUID
+		status Status
+		reason string
+	}{{"expired", expired, StatusExpired, ReasonExpired}, {"refused MaxRefusals times", last, StatusDeadLettered, ReasonBrokerRefused}} {
+		row := o.row(c.id)
+		if len(row.refusals) != 1 || row.status != c.status || row.refusals[0].Reason != c.reason || !row.refusals[0].RetryAt.IsZero() {
+			t.Errorf("%s copy: %q after %+v; want given up once as %q, reason %s", c.name, row.status, row.refusals, c.status, c.reason)
+		}
+	}
+	if f := o.row(last).refusals[0]; !strings.Contains(f.Error, "3 times") || !strings.Contains(f.Error, "AMQ229017") {
+		t.Errorf("given-up copy's error %q: want the count and the broker's answer", f.Error)
+	}
+	f := o.row(retried).refusals[0]
+	if f.Status != "" || f.RetryAt.Before(start.Add(time.Second)) || f.RetryAt.After(time.Now().Add(time.Second)) || !strings.Contains(f.Error, "AMQ229017") {
+		t.Errorf("first refusal %+v: want a retry a second later, with the broker's answer", f)
+	}
+	if f := o.row(expiring).refusals[0]; f.RetryAt.IsZero() || f.RetryAt.After(start.Add(400*time.Millisecond)) {
+		t.Errorf("refusal of a copy expiring in 400 ms: retry at %v, want by its expiry", f.RetryAt)
+	}
+
+	// At its expiry the expiring copy is tried again and given up; the other
+	// is not tried again before its second is out.
+	waitFor(t, "the expiring copy given up", func() bool { return o.row(expiring).status == StatusExpired })
+	if n := len(o.row(expiring).refusals); n != 2 || o.row(expiring).refusals[1].Reason != ReasonExpired {
+		t.Errorf("expiring copy: %+v, want a retry at its expiry and then an expired dead letter", o.row(expiring).refusals)
+	}
+	if n := len(o.row(retried).refusals); n != 1 && time.Since(start) < time.Second {
+		t.Errorf("copy tried again %d times within its first second", n-1)
+	}
+	waitFor(t, "the second refusal", func() bool { return len(o.row(retried).refusals) == 2 })
+	if f := o.row(retried).refusals[1]; f.RetryAt.Sub(f.At) != 2*time.Second || o.row(retried).status != StatusPending {
+		t.Errorf("second refusal %+v: want a retry 2 s later, still pending", f)
+	}
+	b.refusing.Store(false) // e.g. the queue is created
+	waitFor(t, "the refused copy sent once the broker takes it", func() bool { return o.row(retried).status == StatusSent })
+	if err := r.Healthy(); err != nil {
+		t.Errorf("Healthy() = %v", err)
+	}
+}
+
+// TestRelayHandOffRefusal: a handed-off copy the broker refuses is recorded
+// as a refusal; the hand-off stays open (the broker is not down).
+func TestRelayHandOffRefusal(t *testing.T) {
+	t.Parallel()
+	o, b, r := handOffRelay()
+	b.refusing.Store(true)
+	stop := runRelay(t, r)
+	defer stop()
+	lease, _ := r.Reserve(2)
+	p := o.addLeased(time.Time{})
+	o.mu.Lock()
+	o.rows[p.ID].p.Destination = "refused::q"
+	p = o.rows[p.ID].p
+	o.mu.Unlock()
+	r.HandOff(lease, []Pending{p, o.addLeased(time.Time{})})
+	waitFor(t, "the refusal recorded", func() bool { return len(o.row(p.ID).refusals) == 1 })
+	if f := o.row(p.ID).refusals[0]; f.RetryAt.IsZero() || o.row(p.ID).status != StatusPending {
+		t.Errorf("refusal %+v: want a retry later", f)
+	}
+	waitFor(t, "the other copy sent", func() bool { return o.count(StatusSent) == 1 })
+	if !open(r) {
+		t.Error("the hand-off closed after a refusal")
 	}
 }

@@ -31,7 +31,9 @@ const StatusDeferred publish.Status = "deferred"
 const (
 	ReasonExhausted = "attempts_exhausted"
 	ReasonPermanent = "permanent_failure"
-	ReasonExpired   = "expired"
+	ReasonExpired   = publish.ReasonExpired
+	// ReasonBrokerRefused: the relay gave up a copy the broker kept refusing.
+	ReasonBrokerRefused = publish.ReasonBrokerRefused
 )
 
 // Directory finds a subscription with its room (the store is one).

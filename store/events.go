@@ -1,8 +1,10 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/push"
 )
 
 // Events implements publish.Store: events, the published-messages log, and
@@ -73,9 +76,16 @@ type outboxRow struct {
 	CreatedAt    time.Time `gorm:"autoCreateTime:false"`
 	ClaimedBy    string
 	ClaimedUntil *time.Time
+	Refusals     int // how often the broker refused the copy (publish.Refusal)
 }
 
 func (outboxRow) TableName() string { return "outbox" }
+
+// claimedRow is a claimed send's log row with its outbox refusal count.
+type claimedRow struct {
+	Log      sendRow `gorm:"embedded"` // exported: gorm cannot fill an unexported embedded struct
+	Refusals int
+}
 
 // insertSends logs sends within tx and puts the unsent pending ones in the
 // outbox, leased to owner until until when owner is not "".
@@ -347,7 +357,7 @@ func (s *Events) Sends(ctx context.Context, eventIDs []uuid.UUID) ([]publish.Sen
 func (s *Events) ClaimPending(ctx context.Context, owner string, until time.Time, limit int) ([]publish.Pending, error) {
 	now := time.Now().UTC()
 	var ids []uuid.UUID
-	var rows []sendRow
+	var rows []claimedRow
 	if s.db.dialect == Postgres {
 		// One round trip: the claim and its log rows. (A log row cannot be
 		// missing: purging it deletes its outbox row, ON DELETE CASCADE.)
@@ -360,14 +370,14 @@ func (s *Events) ClaimPending(ctx context.Context, owner string, until time.Time
 				WHERE claimed_until IS NULL OR claimed_until < ?
 				ORDER BY send_id LIMIT ? FOR UPDATE SKIP LOCKED),
 			c AS (UPDATE outbox o SET claimed_by = ?, claimed_until = ? FROM picked
-				WHERE o.send_id = picked.send_id RETURNING o.send_id)
-			SELECT p.* FROM c JOIN published_messages p ON p.id = c.send_id ORDER BY p.id`,
+				WHERE o.send_id = picked.send_id RETURNING o.send_id, o.refusals)
+			SELECT p.*, c.refusals FROM c JOIN published_messages p ON p.id = c.send_id ORDER BY p.id`,
 			now, limit, owner, until.UTC()).Scan(&rows).Error
 		if err != nil {
 			return nil, translate(err, nil, nil)
 		}
 		for _, r := range rows {
-			ids = append(ids, r.ID)
+			ids = append(ids, r.Log.ID)
 		}
 	} else {
 		// SQLite has no UPDATE in a WITH clause, nor row locks: one writer.
@@ -375,15 +385,25 @@ func (s *Events) ClaimPending(ctx context.Context, owner string, until time.Time
 			WHERE send_id IN (SELECT send_id FROM outbox
 				WHERE claimed_until IS NULL OR claimed_until < ?
 				ORDER BY send_id LIMIT ?)
-			RETURNING send_id`
-		if err := s.tx(ctx).Raw(claim, owner, until.UTC(), now, limit).Scan(&ids).Error; err != nil {
+			RETURNING send_id, refusals`
+		var claimed []outboxRow
+		if err := s.tx(ctx).Raw(claim, owner, until.UTC(), now, limit).Scan(&claimed).Error; err != nil {
 			return nil, translate(err, nil, nil)
 		}
-		if len(ids) == 0 {
+		if len(claimed) == 0 {
 			return nil, nil
 		}
-		if err := s.tx(ctx).Where("id IN ?", ids).Order("id").Find(&rows).Error; err != nil {
+		refusals := make(map[uuid.UUID]int, len(claimed))
+		for _, c := range claimed {
+			ids = append(ids, c.SendID)
+			refusals[c.SendID] = c.Refusals
+		}
+		var logRows []sendRow
+		if err := s.tx(ctx).Where("id IN ?", ids).Order("id").Find(&logRows).Error; err != nil {
 			return nil, translate(err, nil, nil)
+		}
+		for _, r := range logRows {
+			rows = append(rows, claimedRow{Log: r, Refusals: refusals[r.ID]})
 		}
 	}
 	if len(rows) == 0 {
@@ -391,7 +411,7 @@ func (s *Events) ClaimPending(ctx context.Context, owner string, until time.Time
 	}
 	eventIDs := make([]uuid.UUID, 0, len(rows))
 	for _, r := range rows {
-		eventIDs = append(eventIDs, r.EventID)
+		eventIDs = append(eventIDs, r.Log.EventID)
 	}
 	var evRows []eventRow
 	if err := s.tx(ctx).Where("id IN ?", eventIDs).Find(&evRows).Error; err != nil {
@@ -403,13 +423,14 @@ func (s *Events) ClaimPending(ctx context.Context, owner string, until time.Time
 	}
 	out := make([]publish.Pending, 0, len(rows))
 	owed := make(map[uuid.UUID]bool, len(rows))
-	for _, r := range rows {
+	for _, c := range rows {
+		r := c.Log
 		ev, ok := events[r.EventID]
 		if !ok || r.SentAt != nil || r.Status != string(publish.StatusPending) {
 			continue // purged, or settled: nothing left to send
 		}
 		owed[r.ID] = true
-		out = append(out, publish.Pending{Send: r.domain(), Event: ev})
+		out = append(out, publish.Pending{Send: r.domain(), Event: ev, Refusals: c.Refusals})
 	}
 	if len(owed) < len(ids) {
 		var stale []uuid.UUID
@@ -444,9 +465,11 @@ func (s *Events) MarkSent(ctx context.Context, ids []uuid.UUID, at time.Time) er
 		return nil
 	}
 	// The consumer may have settled the copy already (delivered before the
-	// receipt was recorded): keep its outcome, only fill in sent_at.
-	return s.recordAndRemove(ctx, ids, "sent_at = COALESCE(sent_at, ?), status = CASE WHEN status = ? THEN ? ELSE status END",
-		at.UTC(), string(publish.StatusPending), string(publish.StatusSent))
+	// receipt was recorded): keep its outcome, only fill in sent_at. A
+	// pending copy's error is a refusal the broker has now got over.
+	pending := string(publish.StatusPending)
+	return s.recordAndRemove(ctx, ids, "sent_at = COALESCE(sent_at, ?), error = CASE WHEN status = ? THEN '' ELSE error END, status = CASE WHEN status = ? THEN ? ELSE status END",
+		at.UTC(), pending, pending, string(publish.StatusSent))
 }
 
 // recordAndRemove runs UPDATE published_messages SET set on the log rows ids
@@ -489,13 +512,71 @@ func (s *Events) Release(ctx context.Context, ids []uuid.UUID) error {
 	return translate(err, nil, nil)
 }
 
-// Complete implements publish.Store: the sends end with status, unsent, and
-// leave the outbox.
-func (s *Events) Complete(ctx context.Context, ids []uuid.UUID, status publish.Status, errText string, at time.Time) error {
-	if len(ids) == 0 {
+// RefusedOwner holds the outbox lease of a copy the broker refused until the
+// relay may try it again.
+const RefusedOwner = "refused"
+
+// Refuse implements publish.Store. A copy to try again stays in the outbox,
+// leased to RefusedOwner until its RetryAt, with its refusal counted and the
+// broker's answer in its log row's error. A copy given up leaves the outbox
+// with its final status and becomes a dead letter, in one transaction; if
+// its subscription is gone meanwhile, it is dropped instead (no dead letter
+// outlives its subscription), and if it was settled meanwhile it keeps that
+// outcome.
+func (s *Events) Refuse(ctx context.Context, refusals []publish.Refusal) error {
+	if len(refusals) == 0 {
 		return nil
 	}
-	return s.recordAndRemove(ctx, ids, "status = ?, error = ?, completed_at = ?", string(status), errText, at.UTC())
+	// Log rows are locked in id order, as every writer does (see recordAndRemove).
+	refusals = slices.Clone(refusals)
+	slices.SortFunc(refusals, func(a, b publish.Refusal) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+	err := retryConflicts(ctx, func() error {
+		return s.tx(ctx).Transaction(func(tx *gorm.DB) error {
+			for _, f := range refusals {
+				if err := refuse(tx, f); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	return translate(err, nil, nil)
+}
+
+// refuse records one refusal within tx.
+func refuse(tx *gorm.DB, f publish.Refusal) error {
+	pending := string(publish.StatusPending)
+	if !f.RetryAt.IsZero() {
+		if err := tx.Model(&sendRow{}).Where("id = ? AND status = ?", f.ID, pending).Update("error", f.Error).Error; err != nil {
+			return err
+		}
+		return tx.Model(&outboxRow{}).Where("send_id = ?", f.ID).Updates(map[string]any{
+			"refusals": gorm.Expr("refusals + 1"), "claimed_by": RefusedOwner, "claimed_until": f.RetryAt.UTC()}).Error
+	}
+	var subs int64
+	if err := tx.Model(&subscriptionRow{}).Where("id = ?", f.SubscriptionID).Count(&subs).Error; err != nil {
+		return err
+	}
+	status, errText := f.Status, f.Error
+	if subs == 0 {
+		status, errText = publish.StatusDropped, "subscription deleted; "+f.Error
+	}
+	res := tx.Model(&sendRow{}).Where("id = ? AND status = ?", f.ID, pending).
+		Updates(map[string]any{"status": string(status), "error": errText, "completed_at": f.At.UTC()})
+	if res.Error != nil {
+		return res.Error
+	}
+	if err := tx.Where("send_id = ?", f.ID).Delete(&outboxRow{}).Error; err != nil {
+		return err
+	}
+	if res.RowsAffected == 0 || status == publish.StatusDropped {
+		return nil // settled meanwhile, or its subscription is gone
+	}
+	row := toDeadLetterRow(push.DeadLetter{
+		ID: uuid.Must(uuid.NewV7()), RoomID: f.RoomID, SubscriptionID: f.SubscriptionID, Event: f.Event,
+		Attempts: f.Attempt, Reason: f.Reason, LastError: f.Error, CreatedAt: f.At.UTC(),
+	})
+	return tx.Create(&row).Error
 }
 
 // PurgeEvents implements publish.Store. An event that still owes the broker

@@ -14,8 +14,10 @@ import (
 
 	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/push"
+	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/store"
 	"github.com/roomhub/messaging-api/store/storetest"
+	"github.com/roomhub/messaging-api/subscriptions"
 )
 
 // outboxFixture publishes n events with one pending PULL send each (and,
@@ -140,7 +142,10 @@ func TestOutboxLifecycle(t *testing.T) {
 			if err := ev.MarkSent(ctx, []uuid.UUID{sends[0].ID}, now); err != nil {
 				t.Fatal(err)
 			}
-			if err := ev.Complete(ctx, []uuid.UUID{sends[1].ID}, publish.StatusExpired, "expired", now); err != nil {
+			// Given up after a refusal; the fixture's subscription does not
+			// exist, so it is dropped (see TestOutboxRefusals).
+			if err := ev.Refuse(ctx, []publish.Refusal{{Pending: publish.Pending{Send: sends[1]}, Error: "refused",
+				At: now, Status: publish.StatusExpired, Reason: publish.ReasonExpired}}); err != nil {
 				t.Fatal(err)
 			}
 			// sends[3]'s lease ends too, as if its relay died after the
@@ -153,7 +158,7 @@ func TestOutboxLifecycle(t *testing.T) {
 				t.Fatal(err)
 			}
 			if n := backlog(t, ev); n != 2 {
-				t.Errorf("outbox holds %d rows after a send and an expiry, want 2", n)
+				t.Errorf("outbox holds %d rows after a send and a refusal given up, want 2", n)
 			}
 			// The settled send is dropped, not returned.
 			if ids := claimIDs(t, ev, "b", -time.Second); !slices.Equal(ids, []uuid.UUID{sends[2].ID}) {
@@ -174,7 +179,7 @@ func TestOutboxLifecycle(t *testing.T) {
 			for _, s := range log {
 				status[s.ID] = s.Status
 			}
-			for id, w := range map[uuid.UUID]publish.Status{sends[0].ID: publish.StatusSent, sends[1].ID: publish.StatusExpired, sends[3].ID: publish.StatusDelivered} {
+			for id, w := range map[uuid.UUID]publish.Status{sends[0].ID: publish.StatusSent, sends[1].ID: publish.StatusDropped, sends[3].ID: publish.StatusDelivered} {
 				if status[id] != w {
 					t.Errorf("send %s logged %q, want %q", id, status[id], w)
 				}
@@ -385,5 +390,224 @@ func TestOutboxConcurrentClaimsRespectTheLimit(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// subscriptionFixture stores a room with an event type and a PULL
+// subscription to it, and returns the subscription.
+func subscriptionFixture(t *testing.T, db *store.DB) subscriptions.Subscription {
+	t.Helper()
+	ctx := context.Background()
+	now := time.Now().UTC().Truncate(time.Microsecond)
+	room := rooms.Room{ID: uuid.Must(uuid.NewV7()), Identifier: "room-" + uuid.NewString(), DeliveryDelayMultiplier: 1,
+		DeliveryAttempts: 1, Status: rooms.StatusActive, CreatedAt: now, UpdatedAt: now}
+	if err := db.Rooms().CreateRoom(ctx, room); err != nil {
+		t.Fatal(err)
+	}
+	et := rooms.EventType{ID: uuid.Must(uuid.NewV7()), RoomID: room.ID, Identifier: "t", CreatedAt: now}
+	if err := db.Rooms().CreateEventType(ctx, et); err != nil {
+		t.Fatal(err)
+	}
+	sub := subscriptions.Subscription{ID: uuid.Must(uuid.NewV7()), RoomID: room.ID, Type: subscriptions.TypePull,
+		EventTypes: []subscriptions.Filter{{EventTypeID: et.ID, EventType: "t"}}, AckDeadline: time.Minute,
+		Status: subscriptions.StatusActive, CreatedAt: now, UpdatedAt: now}
+	if err := db.Subscriptions().CreateSubscription(ctx, sub); err != nil {
+		t.Fatal(err)
+	}
+	return sub
+}
+
+// TestOutboxRefusals: a copy the broker refused and that may be tried again
+// stays owed, out of every claim until its retry time, with its refusal
+// counted and the broker's answer logged (cleared once it is sent); a copy
+// given up leaves the outbox with its final status and becomes a dead letter
+// of its subscription, or is dropped when its subscription is gone.
+func TestOutboxRefusals(t *testing.T) {
+	t.Parallel()
+	for _, d := range storetest.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := storetest.Open(t, d)
+			ev := db.Events()
+			sub := subscriptionFixture(t, db)
+			now := time.Now().UTC().Truncate(time.Microsecond)
+			var events []publish.Event
+			var sends []publish.Send
+			for i := range 4 {
+				e := publish.Event{ID: uuid.Must(uuid.NewV7()), RoomID: sub.RoomID, RequestID: sub.RoomID, CorrelationID: fmt.Sprint("c", i),
+					EventTypeID: sub.EventTypes[0].EventTypeID, EventType: "t", Version: 1, Payload: []byte(`{"n":1}`),
+					PublishedAt: now, Attributes: map[string]string{"k": "v"}}
+				subID := sub.ID
+				if i == 3 {
+					subID = uuid.Must(uuid.NewV7()) // deleted
+				}
+				events = append(events, e)
+				sends = append(sends, publish.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: e.RoomID, CorrelationID: e.CorrelationID,
+					SubscriptionID: subID, SubscriptionType: "PULL", Destination: "d", Attempt: 1, CreatedAt: now, Status: publish.StatusPending})
+			}
+			if err := ev.Publish(ctx, events, sends, publish.Lease{}); err != nil {
+				t.Fatal(err)
+			}
+			ps, err := ev.ClaimPending(ctx, "relay-a", time.Now().Add(time.Minute), 10)
+			if err != nil || len(ps) != 4 {
+				t.Fatalf("claimed %d, %v; want 4", len(ps), err)
+			}
+			for _, p := range ps {
+				if p.Refusals != 0 {
+					t.Fatalf("fresh copy %s has %d refusals", p.ID, p.Refusals)
+				}
+			}
+			retryAt := time.Now().Add(300 * time.Millisecond)
+			refusals := []publish.Refusal{
+				{Pending: ps[0], Error: "no such queue", At: now, RetryAt: retryAt},
+				{Pending: ps[1], Error: "no such queue", At: now, Status: publish.StatusExpired, Reason: publish.ReasonExpired},
+				{Pending: ps[2], Error: "refused 10 times", At: now, Status: publish.StatusDeadLettered, Reason: publish.ReasonBrokerRefused},
+				{Pending: ps[3], Error: "refused 10 times", At: now, Status: publish.StatusDeadLettered, Reason: publish.ReasonBrokerRefused},
+			}
+			// In any order: the store locks in id order.
+			if err := ev.Refuse(ctx, []publish.Refusal{refusals[3], refusals[1], refusals[0], refusals[2]}); err != nil {
+				t.Fatal(err)
+			}
+			if n := backlog(t, ev); n != 1 {
+				t.Errorf("outbox holds %d rows, want only the copy to try again", n)
+			}
+			if ids := claimIDs(t, ev, "relay-b", time.Minute); len(ids) != 0 {
+				t.Errorf("claimed %v before the retry time", ids)
+			}
+			log := func() map[uuid.UUID]publish.Send {
+				t.Helper()
+				got, err := ev.Sends(ctx, []uuid.UUID{events[0].ID, events[1].ID, events[2].ID, events[3].ID})
+				if err != nil {
+					t.Fatal(err)
+				}
+				m := map[uuid.UUID]publish.Send{}
+				for _, s := range got {
+					m[s.ID] = s
+				}
+				return m
+			}
+			l := log()
+			for i, w := range []struct {
+				status publish.Status
+				err    string
+			}{{publish.StatusPending, "no such queue"}, {publish.StatusExpired, "no such queue"},
+				{publish.StatusDeadLettered, "refused 10 times"}, {publish.StatusDropped, "subscription deleted; refused 10 times"}} {
+				s := l[sends[i].ID]
+				if s.Status != w.status || s.Error != w.err {
+					t.Errorf("copy %d logged %q %q, want %q %q", i, s.Status, s.Error, w.status, w.err)
+				}
+				if given := i > 0; given == s.CompletedAt.IsZero() {
+					t.Errorf("copy %d completed at %v", i, s.CompletedAt)
+				}
+			}
+			dls, err := db.Push().DeadLetters(ctx, sub.ID, 10, uuid.Nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(dls) != 2 {
+				t.Fatalf("%d dead letters, want 2 (the dropped copy's subscription is gone): %+v", len(dls), dls)
+			}
+			reasons := map[uuid.UUID]string{}
+			for _, dl := range dls {
+				reasons[dl.Event.ID] = dl.Reason
+				if dl.Attempts != 1 || dl.LastError == "" || string(dl.Event.Payload) != `{"n":1}` || dl.Event.Attributes["k"] != "v" {
+					t.Errorf("dead letter %+v: want attempts 1, the error, the payload and attributes", dl)
+				}
+			}
+			if reasons[events[1].ID] != publish.ReasonExpired || reasons[events[2].ID] != publish.ReasonBrokerRefused {
+				t.Errorf("dead-letter reasons %v, want expired for event 1 and broker_refused for event 2", reasons)
+			}
+
+			// Once its retry time passes, any relay claims the copy, with its
+			// refusal counted; sent, its refusal is no longer its error.
+			time.Sleep(time.Until(retryAt) + 50*time.Millisecond)
+			ps, err = ev.ClaimPending(ctx, "relay-b", time.Now().Add(time.Minute), 10)
+			if err != nil || len(ps) != 1 || ps[0].ID != sends[0].ID || ps[0].Refusals != 1 {
+				t.Fatalf("claimed %+v, %v; want copy 0 with 1 refusal", ps, err)
+			}
+			if err := ev.Refuse(ctx, []publish.Refusal{{Pending: ps[0], Error: "still no queue", At: now, RetryAt: time.Now()}}); err != nil {
+				t.Fatal(err)
+			}
+			ps, err = ev.ClaimPending(ctx, "relay-b", time.Now().Add(time.Minute), 10)
+			if err != nil || len(ps) != 1 || ps[0].Refusals != 2 || ps[0].Error != "still no queue" {
+				t.Fatalf("claimed %+v, %v; want copy 0 with 2 refusals", ps, err)
+			}
+			if err := ev.MarkSent(ctx, []uuid.UUID{ps[0].ID}, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			if s := log()[sends[0].ID]; s.Status != publish.StatusSent || s.Error != "" {
+				t.Errorf("sent copy logged %q %q, want sent with no error", s.Status, s.Error)
+			}
+		})
+	}
+}
+
+// TestDeleteSubscriptionDropsOwedCopies: deleting a subscription ends the
+// copies still owed to the broker for it as dropped (sent, a PULL copy would
+// recreate its queue); other subscriptions' copies and copies already sent
+// keep their place and status. Deleting the room drops all of its copies.
+func TestDeleteSubscriptionDropsOwedCopies(t *testing.T) {
+	t.Parallel()
+	for _, d := range storetest.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := storetest.Open(t, d)
+			ev := db.Events()
+			sub := subscriptionFixture(t, db)
+			now := time.Now().UTC().Truncate(time.Microsecond)
+			e := publish.Event{ID: uuid.Must(uuid.NewV7()), RoomID: sub.RoomID, RequestID: sub.RoomID, CorrelationID: "c",
+				EventTypeID: sub.EventTypes[0].EventTypeID, EventType: "t", Version: 1, Payload: []byte(`1`), PublishedAt: now, Attributes: map[string]string{}}
+			send := func(subID uuid.UUID, status publish.Status) publish.Send {
+				s := publish.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: e.RoomID, CorrelationID: "c", SubscriptionID: subID,
+					SubscriptionType: "PULL", Destination: "d", Attempt: 1, CreatedAt: now, Status: status}
+				if status == publish.StatusSent {
+					s.SentAt = now
+				}
+				return s
+			}
+			other := uuid.Must(uuid.NewV7())
+			sends := []publish.Send{send(sub.ID, publish.StatusPending), send(sub.ID, publish.StatusPending), send(sub.ID, publish.StatusSent), send(other, publish.StatusPending)}
+			if err := ev.Publish(ctx, []publish.Event{e}, sends, publish.Lease{}); err != nil {
+				t.Fatal(err)
+			}
+			if n := backlog(t, ev); n != 3 {
+				t.Fatalf("outbox holds %d rows, want 3", n)
+			}
+			if err := db.Subscriptions().DeleteSubscription(ctx, sub.RoomID, sub.ID); err != nil {
+				t.Fatal(err)
+			}
+			if ids := claimIDs(t, ev, "relay", time.Minute); !slices.Equal(ids, []uuid.UUID{sends[3].ID}) {
+				t.Errorf("claimed %v after the delete, want only the other subscription's copy %s", ids, sends[3].ID)
+			}
+			log, err := ev.Sends(ctx, []uuid.UUID{e.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := map[uuid.UUID]publish.Status{sends[0].ID: publish.StatusDropped, sends[1].ID: publish.StatusDropped,
+				sends[2].ID: publish.StatusSent, sends[3].ID: publish.StatusPending}
+			for _, s := range log {
+				if s.Status != want[s.ID] {
+					t.Errorf("copy %s logged %q, want %q", s.ID, s.Status, want[s.ID])
+				}
+			}
+			// Deleting the room drops every copy of it still owed.
+			if _, err := db.Rooms().DeleteRoom(ctx, sub.RoomID, true); err != nil {
+				t.Fatal(err)
+			}
+			if n := backlog(t, ev); n != 0 {
+				t.Errorf("outbox holds %d rows after the room's delete, want 0", n)
+			}
+			log, err = ev.Sends(ctx, []uuid.UUID{e.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range log {
+				if s.ID == sends[3].ID && (s.Status != publish.StatusDropped || s.Error != "room deleted before the broker took the copy") {
+					t.Errorf("the room's last owed copy logged %q %q, want dropped", s.Status, s.Error)
+				}
+			}
+		})
 	}
 }

@@ -183,6 +183,9 @@ func (s *Rooms) DeleteRoom(ctx context.Context, id uuid.UUID, force bool) ([]uui
 		if err := tx.Model(&subscriptionRow{}).Where("room_id = ? AND type = ?", id, "PULL").Pluck("id", &pulls).Error; err != nil {
 			return err
 		}
+		if err := dropOwedCopies(tx, s.db.dialect, id, true); err != nil {
+			return err
+		}
 		subIDs := tx.Model(&subscriptionRow{}).Select("id").Where("room_id = ?", id)
 		etIDs := tx.Model(&eventTypeRow{}).Select("id").Where("room_id = ?", id)
 		steps := []*gorm.DB{

@@ -9,6 +9,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
+	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/subscriptions"
 )
 
@@ -249,6 +250,9 @@ func (s *Subscriptions) DeleteSubscription(ctx context.Context, roomID, id uuid.
 		if err := tx.Where("subscription_id = ?", id).Delete(&deadLetterRow{}).Error; err != nil {
 			return err
 		}
+		if err := dropOwedCopies(tx, s.db.dialect, id, false); err != nil {
+			return err
+		}
 		res := tx.Where("room_id = ? AND id = ?", roomID, id).Delete(&subscriptionRow{})
 		if res.Error == nil && res.RowsAffected == 0 {
 			return gorm.ErrRecordNotFound
@@ -256,6 +260,44 @@ func (s *Subscriptions) DeleteSubscription(ctx context.Context, roomID, id uuid.
 		return res.Error
 	})
 	return translate(err, subscriptions.ErrNotFound, nil)
+}
+
+// dropOwedCopies ends the copies the relay still owes the broker for the
+// subscription id as dropped, within tx: sent after its deletion, a PULL
+// copy would recreate the deleted queue (Artemis and ActiveMQ create queues
+// on first use) or be refused by a broker that does not (a PUSH copy would
+// only be dropped by the dispatcher). A copy a relay is sending at this
+// moment still reaches the broker; its log keeps dropped.
+// With byRoom, id is a room's, and every copy of the room goes (the room is
+// deleted with its subscriptions).
+func dropOwedCopies(tx *gorm.DB, dialect Dialect, id uuid.UUID, byRoom bool) error {
+	col := "p.subscription_id"
+	if byRoom {
+		col = "p.room_id"
+	}
+	owed := "SELECT p.id FROM outbox o JOIN published_messages p ON p.id = o.send_id WHERE " + col + " = ? AND p.status = ?"
+	if dialect == Postgres {
+		owed += " ORDER BY p.id FOR NO KEY UPDATE OF p" // in id order, as every writer of the log (see recordAndRemove)
+	}
+	var ids []uuid.UUID
+	if err := tx.Raw(owed, id, string(publish.StatusPending)).Scan(&ids).Error; err != nil || len(ids) == 0 {
+		return err
+	}
+	errText := "subscription deleted before the broker took the copy"
+	if byRoom {
+		errText = "room deleted before the broker took the copy"
+	}
+	for chunk := range slices.Chunk(ids, 1000) {
+		if err := tx.Model(&sendRow{}).Where("id IN ?", chunk).Updates(map[string]any{
+			"status": string(publish.StatusDropped), "error": errText,
+			"completed_at": time.Now().UTC()}).Error; err != nil {
+			return err
+		}
+		if err := tx.Where("send_id IN ?", chunk).Delete(&outboxRow{}).Error; err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // CountSubscriptions implements subscriptions.Store.

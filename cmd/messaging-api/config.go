@@ -51,6 +51,7 @@ type MetricsConfig struct {
 type OutboxConfig struct {
 	Poll          time.Duration
 	HandOff       int
+	MaxRefusals   int
 	Retention     time.Duration
 	PurgeInterval time.Duration
 }
@@ -131,6 +132,7 @@ var settings = []setting{
 	{"PUSH_MAX_RETRY_AFTER", "push-max-retry-after", "1h", "longest delay a Retry-After header can ask for", durationInto(func(c *Config) *time.Duration { return &c.Push.MaxRetryAfter })},
 	{"OUTBOX_POLL_INTERVAL", "outbox-poll", "1s", "how often the outbox relay looks for sends left pending (by a crash or a broker outage)", durationInto(func(c *Config) *time.Duration { return &c.Outbox.Poll })},
 	{"OUTBOX_HANDOFF", "outbox-handoff", "4096", "fresh sends a publish may hand to its process's outbox relay in memory, so that they go to the broker at once instead of waiting for a claim (0: every publish waits for a claim)", intInto(0, 100000, func(c *Config) *int { return &c.Outbox.HandOff })},
+	{"OUTBOX_MAX_REFUSALS", "outbox-max-refusals", "10", "how often the broker may refuse one copy (an ERROR frame: no such queue, not authorised, address full, ...) before it becomes a dead letter with reason broker_refused; the relay tries it again 1 s, 2 s, 4 s, ... up to a minute later (10: about 4 minutes)", intInto(1, 1000, func(c *Config) *int { return &c.Outbox.MaxRefusals })},
 	{"EVENT_RETENTION", "event-retention", "168h", "how long events and their log are kept when the room does not expire them sooner (at least 24h, the idempotency window)", durationInto(func(c *Config) *time.Duration { return &c.Outbox.Retention })},
 	{"PURGE_INTERVAL", "purge-interval", "10m", "how often expired events and logs are purged", durationInto(func(c *Config) *time.Duration { return &c.Outbox.PurgeInterval })},
 	{"LOG_LEVEL", "log-level", "info", "debug, info, warn or error", func(c *Config, v string) error {

@@ -97,6 +97,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	relayCfg := publish.DefaultRelayConfig
 	relayCfg.Poll = cfg.Outbox.Poll
 	relayCfg.HandOff = cfg.Outbox.HandOff
+	relayCfg.MaxRefusals = cfg.Outbox.MaxRefusals
 	m := metrics.New(metrics.Options{RoomLabel: cfg.Metrics.RoomLabel})
 	relay := publish.NewRelay(db.Events(), b, relayCfg, clock, logger).Observe(m)
 	purger := publish.NewPurger(db.Events(), cfg.Outbox.Retention, cfg.Outbox.PurgeInterval, clock, logger)
