@@ -43,6 +43,7 @@ type Metrics struct {
 	deferred        *prometheus.CounterVec
 	dispatcherPause prometheus.Gauge
 	relayed         *prometheus.CounterVec
+	replayed        *prometheus.CounterVec
 	brokerUp        *brokerGauge
 	reconnects      prometheus.Counter
 	httpDuration    *prometheus.HistogramVec
@@ -69,6 +70,10 @@ func New(opts Options) *Metrics {
 			Namespace: namespace, Name: "sends_total",
 			Help: "First copies of published events owed to subscriptions (one per matching subscription), by room and subscription type.",
 		}, []string{"room", "type"}),
+		replayed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "dead_letters_replayed_total",
+			Help: "Dead letters published again (each as a new event with one first copy), by subscription type.",
+		}, []string{"type"}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "deliveries_total",
 			Help: "What became of each copy handled by the dispatcher (push) or a pull (ack, nack, ack deadline): delivered, retried, dead_lettered (attempts exhausted), expired, refused (permanent failure), dropped (subscription gone).",
@@ -121,11 +126,12 @@ func New(opts Options) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.published, m.sends, m.deliveries, m.attempts, m.latency, m.pushRequests, m.retryDelay,
-		m.deferred, m.dispatcherPause, m.relayed, m.brokerUp, m.reconnects, m.httpDuration,
+		m.deferred, m.dispatcherPause, m.relayed, m.replayed, m.brokerUp, m.reconnects, m.httpDuration,
 	)
 	// Outcomes appear at 0 from the start, so rate() and sums over them
 	// work before the first of each happens.
 	for _, typ := range []string{"push", "pull"} {
+		m.replayed.WithLabelValues(typ)
 		for _, o := range []string{"delivered", "retried", "dead_lettered", "expired", "refused", "dropped"} {
 			m.deliveries.WithLabelValues(typ, o)
 		}
@@ -158,6 +164,13 @@ func (m *Metrics) Published(room string, events int, sends map[string]int) {
 	m.published.WithLabelValues(r).Add(float64(events))
 	for typ, n := range sends {
 		m.sends.WithLabelValues(r, typ).Add(float64(n))
+	}
+}
+
+// Replayed implements push.ReplayObserver.
+func (m *Metrics) Replayed(typ string, n int) {
+	if n > 0 {
+		m.replayed.WithLabelValues(typ).Add(float64(n))
 	}
 }
 

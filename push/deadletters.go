@@ -54,11 +54,29 @@ type DeadLetters struct {
 	relay     publish.Notifier
 	pushQueue broker.Destination
 	now       func() time.Time
+	obs       ReplayObserver
 }
+
+// ReplayObserver is told of replayed dead letters (metrics.Metrics is one).
+type ReplayObserver interface {
+	// Replayed counts n dead letters published again as new copies for a
+	// subscription of type subscriptionType ("push", "pull").
+	Replayed(subscriptionType string, n int)
+}
+
+type nopReplayObserver struct{}
+
+func (nopReplayObserver) Replayed(string, int) {}
 
 // NewDeadLetters wires the dead-letter service.
 func NewDeadLetters(store DeadLetterStore, subs Subscriptions, relay publish.Notifier, pushQueue broker.Destination, now func() time.Time) *DeadLetters {
-	return &DeadLetters{store: store, subs: subs, relay: relay, pushQueue: pushQueue, now: now}
+	return &DeadLetters{store: store, subs: subs, relay: relay, pushQueue: pushQueue, now: now, obs: nopReplayObserver{}}
+}
+
+// Observe makes o see every replay; call it before serving.
+func (s *DeadLetters) Observe(o ReplayObserver) *DeadLetters {
+	s.obs = o
+	return s
 }
 
 // Replay publishes dead letters again from attempt 1, as new events (same
@@ -97,6 +115,7 @@ func (s *DeadLetters) Replay(ctx context.Context, room rooms.Room, sub subscript
 	if err := s.store.Replay(ctx, ids, events, sends); err != nil {
 		return nil, err
 	}
+	s.obs.Replayed(strings.ToLower(string(sub.Type)), len(sends))
 	s.relay.Notify()
 	return events, nil
 }

@@ -176,7 +176,7 @@ func testMetricsAddUp(t *testing.T, env map[string]string) {
 	hook := newScriptedHook(t)
 	c := client{t: t, base: startService(t, env)}
 	const room = "metrics-flow"
-	setupPushRoom(c, room, `"deliveryDelay":50,"deliveryDelayMultiplier":1,"deliveryAttempts":3`, hook.URL())
+	pushSub := setupPushRoom(c, room, `"deliveryDelay":50,"deliveryDelayMultiplier":1,"deliveryAttempts":3`, hook.URL())
 	c.call("POST", "/v1/rooms/"+room+"/event-types", `{"identifier":"pulled"}`, 201)
 	c.call("POST", "/v1/rooms/"+room+"/event-types/pulled/versions", `{"schema":true}`, 201)
 	var ps struct {
@@ -259,6 +259,24 @@ func testMetricsAddUp(t *testing.T, env map[string]string) {
 	retried := sum(m, "messaging_deliveries_total", "outcome", "retried")
 	if extra := sum(m, "messaging_delivery_attempts_sum") - sum(m, "messaging_delivery_attempts_count"); extra != retried {
 		t.Errorf("attempts beyond the first %v != retried %v", extra, retried)
+	}
+
+	// Replayed, the two dead letters fail the same way again (new event
+	// ids: their scripts start over), and the sums still add up.
+	c.call("POST", pushSub.path()+"/dead-letters:replay", "", 202)
+	pushEventually(t, 15*time.Second, "the replayed messages settled", func() bool {
+		m = scrape(t, c.base)
+		final := sum(m, "messaging_deliveries_total", "type", "push") - sum(m, "messaging_deliveries_total", "type", "push", "outcome", "retried")
+		return final == float64(len(scripts)+2) && sum(m, "messaging_delivery_attempts_count", "type", "push") == final &&
+			sum(m, "messaging_outbox_backlog") == 0
+	})
+	if got := sum(m, "messaging_dead_letters_replayed_total", "type", "push"); got != 2 {
+		t.Errorf("dead letters replayed (push): %v, want 2", got)
+	}
+	sends = sum(m, "messaging_sends_total") + sum(m, "messaging_dead_letters_replayed_total")
+	final = sum(m, "messaging_deliveries_total") - sum(m, "messaging_deliveries_total", "outcome", "retried")
+	if sends != final+sum(m, "messaging_outbox_relayed_total", "result", "given_up") {
+		t.Errorf("after the replay: sends and replays %v != final outcomes %v + copies the relay gave up", sends, final)
 	}
 	for _, s := range m {
 		if r := s.labels["route"]; strings.Contains(r, room) || strings.Contains(r, ps.ID) {

@@ -108,7 +108,7 @@ func newServerWithMetrics(cfg Config, logger *slog.Logger, db *store.DB, b broke
 		Take:       auth.NewRateLimiter(cfg.Limits.PublishRate, cfg.Limits.PublishBurst, time.Now).Take,
 	})
 	publish.Routes(v1, pubSvc)
-	push.NewDeadLetters(db.Push(), subSvc, relay, cfg.PushQueue, clock).Routes(v1)
+	push.NewDeadLetters(db.Push(), subSvc, relay, cfg.PushQueue, clock).Observe(m).Routes(v1)
 	retry.Routes(v1, subSvc)
 	pullSvc.Routes(v1)
 	return e, pullSvc
