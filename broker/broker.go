@@ -7,6 +7,7 @@ package broker
 import (
 	"context"
 	"errors"
+	"strings"
 	"time"
 )
 
@@ -36,19 +37,46 @@ var ErrExpired = errors.New("broker: message expires before it is due")
 // same answer; the broker was reachable.
 var ErrRefused = errors.New("broker: refused")
 
-// refusedError is a refusal: its text is the cause's, and it matches ErrRefused.
-type refusedError struct{ err error }
+// ErrFull matches (with ErrRefused) a refusal because the destination's
+// address is full: Artemis's FAIL address-full policy (AMQ229102), or
+// ActiveMQ Classic's sendFailIfNoSpace (ResourceAllocationException). It
+// passes once consumers catch up; the same send may work later.
+var ErrFull = errors.New("broker: address full")
 
-func (e refusedError) Error() string        { return e.err.Error() }
-func (e refusedError) Unwrap() error        { return e.err }
-func (e refusedError) Is(target error) bool { return target == ErrRefused }
+// refusedError is a refusal: its text is the cause's, and it matches
+// ErrRefused (and ErrFull when full).
+type refusedError struct {
+	err  error
+	full bool
+}
+
+func (e refusedError) Error() string { return e.err.Error() }
+func (e refusedError) Unwrap() error { return e.err }
+func (e refusedError) Is(target error) bool {
+	return target == ErrRefused || (e.full && target == ErrFull)
+}
 
 // refused marks err as a refusal (nil stays nil).
 func refused(err error) error {
 	if err == nil {
 		return nil
 	}
-	return refusedError{err}
+	return refusedError{err: err}
+}
+
+// fullMarks are what a broker's ERROR frame says when an address is full.
+var fullMarks = []string{"AMQ229102", "Address is full", "ResourceAllocationException"}
+
+// refusedByBroker marks err, the broker's ERROR frame answering a SEND, as
+// a refusal, and as ErrFull when its text says the address is full.
+func refusedByBroker(err error) error {
+	msg := err.Error()
+	for _, m := range fullMarks {
+		if strings.Contains(msg, m) {
+			return refusedError{err: err, full: true}
+		}
+	}
+	return refusedError{err: err}
 }
 
 // ErrStaleDelivery is returned by Ack when the connection the message arrived on

@@ -103,6 +103,21 @@ type conn struct {
 	// go-stomp does too), so its death is the refusal's, not an outage's.
 	refused     chan struct{}
 	refusedOnce sync.Once
+	// gone is closed once the link has let go of this connection (it died,
+	// or the broker is closing).
+	gone chan struct{}
+}
+
+// dying reports whether c can take no more sends: its socket died, or the
+// broker refused a send on it (go-stomp then closes it, but a send written
+// meanwhile would never be answered).
+func (c *conn) dying() bool {
+	select {
+	case <-c.refused:
+		return true
+	default:
+		return c.sock.isDead()
+	}
 }
 
 // refusalGrace is how long a dead connection's link waits to learn whether
@@ -155,7 +170,7 @@ func (b *stompBroker) dial(ctx context.Context, name string) (*conn, error) {
 		_ = sock.Close()
 		return nil, fmt.Errorf("broker: connect to %s: %w", b.cfg.addr, err)
 	}
-	return &conn{sc: sc, sock: sock, name: name, started: time.Now(), refused: make(chan struct{})}, nil
+	return &conn{sc: sc, sock: sock, name: name, started: time.Now(), refused: make(chan struct{}), gone: make(chan struct{})}, nil
 }
 
 func (b *stompBroker) connectOptions() []func(*stomp.Conn) error {
@@ -228,6 +243,9 @@ func (c *conn) send(dest, contentType string, body []byte, timeout time.Duration
 	}
 	if isRefusal(err) {
 		c.refusedOnce.Do(func() { close(c.refused) })
+		// go-stomp closes the socket after an ERROR frame; should it not,
+		// the connection must go all the same (see dying).
+		c.sock.kill(errors.New("closed after the broker refused a message"))
 	}
 	if cause := c.sock.deathCause(); cause != nil && !errors.Is(cause, errClosedLocally) && !isRefusal(err) {
 		return fmt.Errorf("broker: send to %s on %s: %w (%w)", dest, c.name, err, cause)
@@ -288,7 +306,22 @@ type link struct {
 	mu    sync.Mutex
 	cur   *conn
 	ready chan struct{} // closed while cur != nil
+	// refusedAt is when a refusal last cost this link its connection: it
+	// counts as connected while it redials (see connected), and immediate
+	// redials are limited (refusalRedials in the second from redialsFrom).
+	refusedAt      time.Time
+	redialsFrom    time.Time
+	refusalRedials int
 }
+
+// Limits on redials after refusals: each refusal costs a connection, and a
+// backlog of refused copies must not turn into a storm of connects.
+const (
+	refusalRedialsPerSecond = 10
+	// refusalConnectedGrace is how long a link redialing after a refusal
+	// still counts as connected: the broker has just answered it.
+	refusalConnectedGrace = time.Second
+)
 
 func newLink(b *stompBroker, name string) *link {
 	return &link{b: b, name: name, ready: make(chan struct{})}
@@ -310,7 +343,24 @@ func (l *link) set(c *conn) {
 func (l *link) connected() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.cur != nil && !l.cur.sock.isDead()
+	if l.cur != nil && !l.cur.sock.isDead() {
+		return true
+	}
+	return !l.refusedAt.IsZero() && time.Since(l.refusedAt) < refusalConnectedGrace
+}
+
+// afterRefusal records that a refusal ended the link's connection and
+// reports whether it may redial at once (at most refusalRedialsPerSecond
+// times a second; past that it backs off as after a failure).
+func (l *link) afterRefusal(now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.refusedAt = now
+	if now.Sub(l.redialsFrom) >= time.Second {
+		l.redialsFrom, l.refusalRedials = now, 0
+	}
+	l.refusalRedials++
+	return l.refusalRedials <= refusalRedialsPerSecond
 }
 
 // await returns the current connection, waiting for one while the link redials.
@@ -319,8 +369,20 @@ func (l *link) await(ctx context.Context) (*conn, error) {
 		l.mu.Lock()
 		c, ready := l.cur, l.ready
 		l.mu.Unlock()
-		if c != nil {
+		if c != nil && !c.dying() {
 			return c, nil
+		}
+		if c != nil {
+			// Not yet replaced: a send written now would never be answered
+			// (and would leave go-stomp waiting for its receipt for good).
+			select {
+			case <-c.gone:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-l.b.ctx.Done():
+				return nil, ErrClosed
+			}
 		}
 		select {
 		case <-ready:
@@ -346,14 +408,20 @@ func (l *link) run(first *conn) {
 		select {
 		case <-c.sock.dead:
 			l.set(nil)
+			close(c.gone)
 			_ = c.sock.Close()
 			if c.wasRefused(refusalGrace) {
 				// The broker refused one message and closed the connection
 				// after its ERROR frame: it is up, so redial at once, or every
 				// refusal would leave this sender down for a growing backoff
-				// (and all of them down: the service not ready).
+				// (and all of them down: the service not ready). A storm of
+				// refusals backs off all the same.
 				l.b.log.Info("broker: connection closed after the broker refused a message; redialing", "conn", l.name)
-				flaps = 0
+				if l.afterRefusal(time.Now()) {
+					flaps = 0
+				} else {
+					flaps = l.b.nextFlaps(c, flaps)
+				}
 			} else {
 				l.b.connectionLost(l.name, c, nil)
 				flaps = l.b.nextFlaps(c, flaps)
@@ -361,6 +429,7 @@ func (l *link) run(first *conn) {
 			c = nil
 		case <-ctx.Done():
 			l.set(nil)
+			close(c.gone)
 			c.close()
 			return
 		}

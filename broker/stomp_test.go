@@ -170,11 +170,28 @@ func TestStompRefusal(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "AMQ229032") {
 		t.Fatalf("Send: %v, want the broker's refusal", err)
 	}
-	if !errors.Is(err, broker.ErrRefused) {
-		t.Errorf("Send: %v does not match broker.ErrRefused", err)
+	if !errors.Is(err, broker.ErrRefused) || errors.Is(err, broker.ErrFull) {
+		t.Errorf("Send: %v: want it to match broker.ErrRefused and not broker.ErrFull", err)
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("refusal took %s: it was retried", d)
+	}
+}
+
+// TestStompRefusalAddressFull: a refusal because the address is full (it
+// passes once consumers catch up) matches broker.ErrFull too.
+func TestStompRefusalAddressFull(t *testing.T) {
+	for _, msg := range []string{
+		`AMQ229102: Address "room-1" is full. Message encode size = 321B`,           // Artemis, address-full-policy FAIL
+		"javax.jms.ResourceAllocationException: Usage Manager Memory Limit reached", // ActiveMQ Classic, sendFailIfNoSpace
+	} {
+		fs := newFakeStomp(t)
+		refuseSends(fs, msg, func(string) bool { return true })
+		b := openFake(t, fs, "dialect=artemis")
+		err := b.Send(testCtx(t), broker.Message{Destination: broker.Destination{Address: "a", Queue: "q"}, Body: []byte("x"), Attempt: 1})
+		if !errors.Is(err, broker.ErrRefused) || !errors.Is(err, broker.ErrFull) {
+			t.Errorf("refused with %q: %v, want it to match broker.ErrRefused and broker.ErrFull", msg, err)
+		}
 	}
 }
 
@@ -199,6 +216,41 @@ func TestStompRefusalsRedialAtOnce(t *testing.T) {
 	// Backing off as after 8 connections that died young took 15 s.
 	if d := time.Since(start); d > 2500*time.Millisecond {
 		t.Errorf("8 refusals and a send took %s: the sender backed off after refusals", d)
+	}
+	// A send right after a refusal waits for the new connection: written on
+	// the dying one, it was never answered (a 500 ms stall, and a go-stomp
+	// goroutine waiting for its receipt for good).
+	good := broker.Message{Destination: broker.Destination{Address: "good", Queue: "q"}, Body: []byte("x"), Attempt: 1}
+	time.Sleep(time.Second) // a new second of immediate redials (see below)
+	var slowest time.Duration
+	for range 30 {
+		time.Sleep(100 * time.Millisecond) // under 10 refusals a second
+		if err := b.Send(testCtx(t), bad); !errors.Is(err, broker.ErrRefused) {
+			t.Fatalf("send: %v, want a refusal", err)
+		}
+		sent := time.Now()
+		if err := b.Send(testCtx(t), good); err != nil {
+			t.Fatal(err)
+		}
+		slowest = max(slowest, time.Since(sent))
+	}
+	if slowest > 400*time.Millisecond {
+		t.Errorf("a send right after a refusal took %s: it went to the dying connection", slowest)
+	}
+	if !b.Connected() {
+		t.Error("Connected() = false right after refusals: the broker has just answered")
+	}
+	// Past 10 a second, the redials back off as after failures (50–100 ms,
+	// then doubling): a storm of refusals is not a storm of connects.
+	time.Sleep(time.Second)
+	start = time.Now()
+	for i := range 15 {
+		if err := b.Send(testCtx(t), bad); !errors.Is(err, broker.ErrRefused) {
+			t.Fatalf("send %d: %v, want a refusal", i+1, err)
+		}
+	}
+	if d := time.Since(start); d < 300*time.Millisecond {
+		t.Errorf("15 refusals in %s: the redials after the 10th did not back off", d)
 	}
 }
 

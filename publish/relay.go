@@ -181,17 +181,19 @@ func NewRelay(store Store, b Sender, cfg RelayConfig, now func() time.Time, logg
 // at now. An expired copy is given up as a dead letter of reason expired
 // (as its consumer would have made it), one refused MaxRefusals times as one
 // of reason broker_refused; any other is tried again after RefusalBackoff,
-// or at its expiry when that is sooner. ErrExpired (the broker would drop
-// the copy before its delay ends) counts as expired.
+// or at its expiry when that is sooner. A refusal because the address is
+// full (broker.ErrFull) is back-pressure, not a verdict on the copy: it is
+// tried again until it expires, however often. ErrExpired (the broker
+// would drop the copy before its delay ends) counts as expired.
 func (r *Relay) refusal(p Pending, err error, now time.Time) Refusal {
-	f := Refusal{Pending: p, Error: "the broker refused the copy: " + err.Error(), At: now}
+	f := Refusal{Pending: p, Error: err.Error(), At: now}
 	exp := p.Event.ExpiresAt
 	switch {
 	case errors.Is(err, broker.ErrExpired) || (!exp.IsZero() && !exp.After(now)):
 		f.Status, f.Reason = StatusExpired, ReasonExpired
-	case p.Refusals+1 >= r.cfg.MaxRefusals:
+	case p.Refusals+1 >= r.cfg.MaxRefusals && !errors.Is(err, broker.ErrFull):
 		f.Status, f.Reason = StatusDeadLettered, ReasonBrokerRefused
-		f.Error = fmt.Sprintf("the broker refused the copy %d times; last: %v", p.Refusals+1, err)
+		f.Error = fmt.Sprintf("refused %d times; the last time: %v", p.Refusals+1, err)
 	default:
 		f.RetryAt = now.Add(RefusalBackoff(p.Refusals))
 		if !exp.IsZero() && exp.Before(f.RetryAt) {
@@ -221,7 +223,7 @@ func (r *Relay) recordRefusals(ctx context.Context, refusals []Refusal) error {
 			slog.String("subscription_id", f.SubscriptionID.String()), slog.String("destination", f.Destination), slog.String("error", f.Error)}
 		if f.RetryAt.IsZero() {
 			gaveUp++
-			r.logger.WarnContext(ctx, "outbox relay: the broker refused a copy; it is now a dead letter",
+			r.logger.WarnContext(ctx, "outbox relay: the broker refused a copy; given up (a dead letter, or dropped if its subscription is gone)",
 				append(attrs, slog.String("reason", f.Reason))...)
 			continue
 		}

@@ -129,6 +129,9 @@ type sink struct {
 // errNoQueue is a refusal as broker.Send returns it.
 var errNoQueue = fmt.Errorf("broker: artemis refused the message: %w: AMQ229017: Queue refused does not exist", broker.ErrRefused)
 
+// errAddressFull is a refusal because the address is full.
+var errAddressFull = errors.Join(broker.ErrRefused, broker.ErrFull, errors.New(`broker: artemis refused the message: AMQ229102: Address "full" is full`))
+
 func (s *sink) Send(_ context.Context, m broker.Message) error {
 	s.tries.Add(1)
 	if s.down.Load() {
@@ -136,6 +139,9 @@ func (s *sink) Send(_ context.Context, m broker.Message) error {
 	}
 	if m.Destination.Address == "refused" && s.refusing.Load() {
 		return errNoQueue
+	}
+	if m.Destination.Address == "full" && s.refusing.Load() {
+		return errAddressFull
 	}
 	time.Sleep(time.Millisecond) // a receipt's round trip
 	s.mu.Lock()
@@ -570,8 +576,9 @@ func (o *outbox) addTo(dest string, expires time.Time, refusals int) uuid.UUID {
 // TestRelayRefusals: a copy the broker refuses is not an outage (the relay
 // stays healthy and sends the rest); it is tried again after a growing pause
 // (cut short by its expiry), given up as an expired dead letter once its
-// event has expired, and as a broker_refused one after MaxRefusals refusals;
-// once the broker takes it, it is sent.
+// event has expired, and as a broker_refused one after MaxRefusals refusals
+// (unless the address is full: back-pressure); once the broker takes it, it
+// is sent.
 func TestRelayRefusals(t *testing.T) {
 	t.Parallel()
 	o, b := newOutbox(), &sink{got: map[string]int{}}
@@ -582,6 +589,7 @@ func TestRelayRefusals(t *testing.T) {
 	expired := o.addTo("refused::q", time.Now().Add(-time.Second), 0)
 	expiring := o.addTo("refused::q", time.Now().Add(400*time.Millisecond), 0)
 	last := o.addTo("refused::q", time.Time{}, 2)
+	full := o.addTo("full::q", time.Time{}, 2)
 	fine := o.addTo("room::q", time.Time{}, 0)
 	start := time.Now()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -611,6 +619,11 @@ func TestRelayRefusals(t *testing.T) {
 	}
 	if f := o.row(last).refusals[0]; !strings.Contains(f.Error, "3 times") || !strings.Contains(f.Error, "AMQ229017") {
 		t.Errorf("given-up copy's error %q: want the count and the broker's answer", f.Error)
+	}
+	// A full address is back-pressure: never given up for the count.
+	waitFor(t, "the full address's refusal", func() bool { return len(o.row(full).refusals) == 1 })
+	if f := o.row(full).refusals[0]; f.RetryAt.IsZero() || o.row(full).status != StatusPending || !strings.Contains(f.Error, "AMQ229102") {
+		t.Errorf("copy refused %d times, the last for a full address: %+v, %q; want it tried again", 3, f, o.row(full).status)
 	}
 	f := o.row(retried).refusals[0]
 	if f.Status != "" || f.RetryAt.Before(start.Add(time.Second)) || f.RetryAt.After(time.Now().Add(time.Second)) || !strings.Contains(f.Error, "AMQ229017") {

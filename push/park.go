@@ -36,18 +36,33 @@ func (ps *parkedSubs) note(sub uuid.UUID, now time.Time) {
 	if ps.m == nil {
 		ps.m = map[uuid.UUID]parkedSub{}
 	}
-	st := ps.m[sub]
+	st, ok := ps.m[sub]
+	if !ok {
+		ps.evict(now)
+	}
 	st.parked, st.noted = true, now
 	ps.m[sub] = st
+}
+
+// evict forgets, once there are 1024 entries, those idle for a minute
+// (released, nothing parked since) and those with copies parked more than
+// parkedMemory ago (a deleted subscription's). Called with mu held.
+func (ps *parkedSubs) evict(now time.Time) {
+	if len(ps.m) < 1024 {
+		return
+	}
+	for k, v := range ps.m {
+		if (!v.parked && now.Sub(v.released) > time.Minute) || (v.parked && now.Sub(v.noted) > parkedMemory) {
+			delete(ps.m, k)
+		}
+	}
 }
 
 // claim reports whether sub's parked copies should be released now: some
 // were parked here since the last release, or heldCopy (the delivery that
 // went quickly was itself deferred before, so another dispatcher may have
 // parked its siblings); and the last release was at least every ago. It
-// records the release. Past 1024 entries, those idle for a minute (and,
-// when some were parked, for parkedMemory: a deleted subscription's) are
-// forgotten.
+// records the release (see evict for how entries are forgotten).
 func (ps *parkedSubs) claim(sub uuid.UUID, heldCopy bool, now time.Time, every time.Duration) bool {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
@@ -58,12 +73,8 @@ func (ps *parkedSubs) claim(sub uuid.UUID, heldCopy bool, now time.Time, every t
 	if ps.m == nil {
 		ps.m = map[uuid.UUID]parkedSub{}
 	}
-	if len(ps.m) >= 1024 {
-		for k, v := range ps.m {
-			if (!v.parked && now.Sub(v.released) > time.Minute) || (v.parked && now.Sub(v.noted) > parkedMemory) {
-				delete(ps.m, k)
-			}
-		}
+	if !ok {
+		ps.evict(now)
 	}
 	ps.m[sub] = parkedSub{released: now}
 	return true
@@ -104,8 +115,9 @@ func (p *Dispatcher) releaseParked(ctx context.Context, sched *scheduler, j *job
 	})
 }
 
-// releaseTimeout bounds one release of parked copies.
-const releaseTimeout = 10 * time.Second
+// releaseTimeout bounds one release of parked copies (and how much longer
+// than its grace a dispatcher's shutdown may take for one).
+const releaseTimeout = 5 * time.Second
 
 // OnParkedReleased sets f to run after parked copies were released: the
 // process's outbox relay's Notify, so that they go at once rather than at

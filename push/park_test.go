@@ -106,11 +106,21 @@ func TestParkedSubsForget(t *testing.T) {
 		t.Fatal("claim of a new subscription refused")
 	}
 	ps.mu.Lock()
-	defer ps.mu.Unlock()
 	if len(ps.m) != 2 {
 		t.Errorf("%d entries left, want 2 (the recent one and the new one)", len(ps.m))
 	}
 	if st, ok := ps.m[recent]; !ok || !st.parked {
 		t.Errorf("the recently parked subscription's entry: %+v, %v; want kept", st, ok)
+	}
+	ps.mu.Unlock()
+
+	// A dispatcher that parks copies and never releases any forgets too.
+	var parkOnly parkedSubs
+	for range 1100 {
+		parkOnly.note(uuid.New(), start)
+	}
+	parkOnly.note(uuid.New(), start.Add(parkedMemory+time.Second))
+	if n := len(parkOnly.m); n != 1 {
+		t.Errorf("%d entries after notes only, want 1 (the others parked more than parkedMemory ago)", n)
 	}
 }

@@ -168,40 +168,44 @@ func (s *Rooms) UpdateRoom(ctx context.Context, r rooms.Room) error {
 // DeleteRoom implements rooms.Store.
 func (s *Rooms) DeleteRoom(ctx context.Context, id uuid.UUID, force bool) ([]uuid.UUID, error) {
 	var pulls []uuid.UUID
-	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
-		var room roomRow
-		if err := s.db.lock(tx).Where("id = ?", id).Take(&room).Error; err != nil {
-			return err
-		}
-		var subs int64
-		if err := tx.Model(&subscriptionRow{}).Where("room_id = ?", id).Count(&subs).Error; err != nil {
-			return err
-		}
-		if subs > 0 && !force {
-			return rooms.ErrHasSubscriptions
-		}
-		if err := tx.Model(&subscriptionRow{}).Where("room_id = ? AND type = ?", id, "PULL").Pluck("id", &pulls).Error; err != nil {
-			return err
-		}
-		if err := dropOwedCopies(tx, s.db.dialect, id, true); err != nil {
-			return err
-		}
-		subIDs := tx.Model(&subscriptionRow{}).Select("id").Where("room_id = ?", id)
-		etIDs := tx.Model(&eventTypeRow{}).Select("id").Where("room_id = ?", id)
-		steps := []*gorm.DB{
-			tx.Where("subscription_id IN (?)", subIDs).Delete(&filterRow{}),
-			tx.Where("room_id = ?", id).Delete(&deadLetterRow{}),
-			tx.Where("room_id = ?", id).Delete(&subscriptionRow{}),
-			tx.Where("event_type_id IN (?)", etIDs).Delete(&versionRow{}),
-			tx.Where("room_id = ?", id).Delete(&eventTypeRow{}),
-			tx.Where("id = ?", id).Delete(&roomRow{}),
-		}
-		for _, st := range steps {
-			if st.Error != nil {
-				return st.Error
+	// Retried on a deadlock, as DeleteSubscription.
+	err := retryConflicts(ctx, func() error {
+		return s.tx(ctx).Transaction(func(tx *gorm.DB) error {
+			pulls = nil
+			var room roomRow
+			if err := s.db.lock(tx).Where("id = ?", id).Take(&room).Error; err != nil {
+				return err
 			}
-		}
-		return nil
+			var subs int64
+			if err := tx.Model(&subscriptionRow{}).Where("room_id = ?", id).Count(&subs).Error; err != nil {
+				return err
+			}
+			if subs > 0 && !force {
+				return rooms.ErrHasSubscriptions
+			}
+			if err := tx.Model(&subscriptionRow{}).Where("room_id = ? AND type = ?", id, "PULL").Pluck("id", &pulls).Error; err != nil {
+				return err
+			}
+			if err := dropOwedCopies(tx, s.db.dialect, id, true); err != nil {
+				return err
+			}
+			subIDs := tx.Model(&subscriptionRow{}).Select("id").Where("room_id = ?", id)
+			etIDs := tx.Model(&eventTypeRow{}).Select("id").Where("room_id = ?", id)
+			steps := []*gorm.DB{
+				tx.Where("subscription_id IN (?)", subIDs).Delete(&filterRow{}),
+				tx.Where("room_id = ?", id).Delete(&deadLetterRow{}),
+				tx.Where("room_id = ?", id).Delete(&subscriptionRow{}),
+				tx.Where("event_type_id IN (?)", etIDs).Delete(&versionRow{}),
+				tx.Where("room_id = ?", id).Delete(&eventTypeRow{}),
+				tx.Where("id = ?", id).Delete(&roomRow{}),
+			}
+			for _, st := range steps {
+				if st.Error != nil {
+					return st.Error
+				}
+			}
+			return nil
+		})
 	})
 	return pulls, translate(err, rooms.ErrNotFound, nil)
 }

@@ -242,22 +242,30 @@ func (s *Subscriptions) UpdateSecrets(ctx context.Context, sub subscriptions.Sub
 }
 
 // DeleteSubscription implements subscriptions.Store.
+//
+// Its owed copies are dropped first: a relay giving one up at the same
+// moment (publish.Refusal) holds the copy's log row until it commits its
+// dead letter, which the DELETE of dead letters below then sees. The
+// transaction is retried on a deadlock (a release of parked copies locks
+// outbox rows before log rows).
 func (s *Subscriptions) DeleteSubscription(ctx context.Context, roomID, id uuid.UUID) error {
-	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := tx.Where("subscription_id = ?", id).Delete(&filterRow{}).Error; err != nil {
-			return err
-		}
-		if err := tx.Where("subscription_id = ?", id).Delete(&deadLetterRow{}).Error; err != nil {
-			return err
-		}
-		if err := dropOwedCopies(tx, s.db.dialect, id, false); err != nil {
-			return err
-		}
-		res := tx.Where("room_id = ? AND id = ?", roomID, id).Delete(&subscriptionRow{})
-		if res.Error == nil && res.RowsAffected == 0 {
-			return gorm.ErrRecordNotFound
-		}
-		return res.Error
+	err := retryConflicts(ctx, func() error {
+		return s.tx(ctx).Transaction(func(tx *gorm.DB) error {
+			if err := dropOwedCopies(tx, s.db.dialect, id, false); err != nil {
+				return err
+			}
+			if err := tx.Where("subscription_id = ?", id).Delete(&filterRow{}).Error; err != nil {
+				return err
+			}
+			if err := tx.Where("subscription_id = ?", id).Delete(&deadLetterRow{}).Error; err != nil {
+				return err
+			}
+			res := tx.Where("room_id = ? AND id = ?", roomID, id).Delete(&subscriptionRow{})
+			if res.Error == nil && res.RowsAffected == 0 {
+				return gorm.ErrRecordNotFound
+			}
+			return res.Error
+		})
 	})
 	return translate(err, subscriptions.ErrNotFound, nil)
 }
@@ -267,7 +275,9 @@ func (s *Subscriptions) DeleteSubscription(ctx context.Context, roomID, id uuid.
 // copy would recreate the deleted queue (Artemis and ActiveMQ create queues
 // on first use) or be refused by a broker that does not (a PUSH copy would
 // only be dropped by the dispatcher). A copy a relay is sending at this
-// moment still reaches the broker; its log keeps dropped.
+// moment still reaches the broker (its log keeps dropped), and so do copies
+// of events other processes publish while their catalog cache still holds
+// the subscription (CATALOG_CACHE_TTL).
 // With byRoom, id is a room's, and every copy of the room goes (the room is
 // deleted with its subscriptions).
 func dropOwedCopies(tx *gorm.DB, dialect Dialect, id uuid.UUID, byRoom bool) error {

@@ -167,16 +167,18 @@ func TestBrokerRefusalsBecomeDeadLetters(t *testing.T) {
 		return len(dls) >= n
 	})
 	took := time.Since(start)
-	// Each refusal costs a sender its connection, redialed at once: the
-	// service is ready nearly all the time (with redials backing off as
-	// after an outage, every poll failed).
+	// Each refusal costs a sender its connection, redialed at once and
+	// counted as connected meanwhile: the service stays ready (with redials
+	// backing off as after an outage, it ended unready; counted as down
+	// while redialing, 1–3 polls in 600 failed).
 	t.Logf("/readyz: %d of %d polls not ready; %d sends refused; dead letters after %s", notReady, polls, proxy.refused.Load(), took)
-	if notReady*4 > polls {
+	if notReady*20 > polls {
 		t.Errorf("/readyz answered 503 to %d of %d polls while the broker refused copies", notReady, polls)
 	}
-	if status, body := plDo(c, "GET", "/readyz", ""); status != 200 {
-		t.Errorf("/readyz after the refusals: %d %s", status, body)
-	}
+	pushEventually(t, 2*time.Second, "/readyz ready after the refusals", func() bool {
+		status, _ := plDo(c, "GET", "/readyz", "")
+		return status == 200
+	})
 	if len(dls) != n {
 		t.Errorf("%d dead letters, want %d", len(dls), n)
 	}
