@@ -381,15 +381,16 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 	sentAll := time.Now()
 	// Record outcomes with a context that outlives a shutdown signal: a send
 	// the broker confirmed should be marked, or it is sent again on restart.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := r.store.MarkSent(rctx, sent, r.now()); err != nil {
+	// Each write is retried while the database fails, until the rows'
+	// lease ends: given up at once, a blip left the sent rows to another
+	// relay after the lease (30 s later, and sent twice).
+	if err := r.retryRecord(ctx, leaseEnd, func(rctx context.Context) error { return r.store.MarkSent(rctx, sent, r.now()) }); err != nil {
 		return len(pending), err
 	}
-	if err := r.recordRefusals(rctx, refusals); err != nil {
+	if err := r.retryRecord(ctx, leaseEnd, func(rctx context.Context) error { return r.recordRefusals(rctx, refusals) }); err != nil {
 		return len(pending), err
 	}
-	if err := r.store.Release(rctx, failed); err != nil {
+	if err := r.retryRecord(ctx, leaseEnd, func(rctx context.Context) error { return r.store.Release(rctx, failed) }); err != nil {
 		return len(pending), err
 	}
 	if len(sent) > 0 && r.hand != nil {
@@ -406,6 +407,35 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 		firstErr = fmt.Errorf("%d sends left for a later claim: the broker is too slow to send them within their %s lease", lapsing, r.cfg.Lease)
 	}
 	return len(pending), firstErr
+}
+
+// retryRecord runs write, which records outcomes of rows leased until
+// until, with a context that outlives a shutdown signal (a send the broker
+// confirmed should be marked, or it is sent again). While it fails it is
+// tried again, 100 ms doubling to 2 s apart, as long as the lease lasts
+// (and for 10 s at most once ctx is done); its last error is returned.
+func (r *Relay) retryRecord(ctx context.Context, until time.Time, write func(context.Context) error) error {
+	giveUp := until
+	backoff := 100 * time.Millisecond
+	for {
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		err := write(wctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			if stop := r.now().Add(10 * time.Second); giveUp.After(stop) {
+				giveUp = stop
+			}
+		}
+		if r.now().Add(backoff).After(giveUp) {
+			return err
+		}
+		r.logger.WarnContext(ctx, "outbox relay: recording a round's outcomes failed; retrying", slog.Any("error", err), slog.Duration("retry_in", backoff))
+		time.Sleep(backoff)
+		backoff = min(backoff*2, 2*time.Second)
+	}
 }
 
 // Message builds the broker message for a pending send. A scheduled resend

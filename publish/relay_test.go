@@ -25,6 +25,8 @@ type outbox struct {
 	rows   map[uuid.UUID]*outboxRow
 	order  []uuid.UUID
 	claims atomic.Int64
+	// failMarks is how many MarkSent calls fail (the database down).
+	failMarks atomic.Int64
 }
 
 type outboxRow struct {
@@ -70,6 +72,9 @@ func (o *outbox) set(ids []uuid.UUID, f func(*outboxRow)) {
 }
 
 func (o *outbox) MarkSent(_ context.Context, ids []uuid.UUID, _ time.Time) error {
+	if len(ids) > 0 && o.failMarks.Add(-1) >= 0 {
+		return errors.New("database down")
+	}
 	o.set(ids, func(r *outboxRow) { r.status, r.claimed = StatusSent, false })
 	return nil
 }
@@ -675,5 +680,38 @@ func TestRelayHandOffRefusal(t *testing.T) {
 	waitFor(t, "the other copy sent", func() bool { return o.count(StatusSent) == 1 })
 	if !open(r) {
 		t.Error("the hand-off closed after a refusal")
+	}
+}
+
+// TestRelayRetriesRecordingSends: a round whose MarkSent fails (a database
+// blip) records its sends once the database answers, without waiting out
+// their lease or sending them again.
+func TestRelayRetriesRecordingSends(t *testing.T) {
+	t.Parallel()
+	o, b := newOutbox(), &sink{got: map[string]int{}}
+	o.failMarks.Store(3)
+	cfg := RelayConfig{Batch: 50, Concurrency: 8, Poll: time.Hour, Lease: time.Minute, SendTimeout: time.Second}
+	r := NewRelay(o, b, cfg, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	for range 5 {
+		o.add(time.Time{})
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	start := time.Now()
+	waitFor(t, "5 sends recorded", func() bool { return o.count(StatusSent) == 5 })
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("recorded after %s", d)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for id, n := range b.got {
+		if n != 1 {
+			t.Errorf("send %s went %d times", id, n)
+		}
+	}
+	if err := r.Healthy(); err != nil {
+		t.Errorf("Healthy() = %v once the database answers", err)
 	}
 }
