@@ -64,15 +64,20 @@ func refused(err error) error {
 	return refusedError{err: err}
 }
 
-// fullMarks are what a broker's ERROR frame says when an address is full.
-var fullMarks = []string{"AMQ229102", "Address is full", "ResourceAllocationException"}
+// fullMarks are what a broker's ERROR frame says when an address is full,
+// in its message header or its body: Artemis's header is a generic
+// "AMQ339011: Error sending message ..." with the cause (AMQ229102: Address
+// "..." is full) in the body; Classic's header is "Usage Manager Memory
+// Limit reached. Stopping producer ... producer-flow-control.html" with
+// the ResourceAllocationException's stack trace in the body.
+var fullMarks = []string{"AMQ229102", "ResourceAllocationException", "Usage Manager Memory Limit reached", "producer-flow-control"}
 
-// refusedByBroker marks err, the broker's ERROR frame answering a SEND, as
-// a refusal, and as ErrFull when its text says the address is full.
-func refusedByBroker(err error) error {
-	msg := err.Error()
+// refusedByBroker marks err, the broker's ERROR frame answering a SEND
+// (text is the frame's message header and body), as a refusal, and as
+// ErrFull when either says the address is full.
+func refusedByBroker(err error, text string) error {
 	for _, m := range fullMarks {
-		if strings.Contains(msg, m) {
+		if strings.Contains(text, m) {
 			return refusedError{err: err, full: true}
 		}
 	}

@@ -138,7 +138,7 @@ func (b *stompBroker) Send(ctx context.Context, msg Message) error {
 		case errors.Is(err, ErrClosed), ctx.Err() != nil:
 			return sendError(dest, err, lastErr)
 		case isRefusal(err):
-			return refusedByBroker(fmt.Errorf("broker: %s refused the message: %w", b.cfg.dialect, err))
+			return refusedByBroker(fmt.Errorf("broker: %s refused the message: %w", b.cfg.dialect, err), refusalText(err))
 		}
 		lastErr = err
 		b.log.DebugContext(ctx, "broker: send failed, retrying", "destination", dest,

@@ -212,6 +212,16 @@ func isRefusal(err error) bool {
 	return len(se.Frame.Body) > 0 || se.Frame.Header.Len() > 1
 }
 
+// refusalText is the message header and the body of the broker's ERROR
+// frame in err (see isRefusal).
+func refusalText(err error) string {
+	var se stomp.Error
+	if !errors.As(err, &se) || se.Frame == nil {
+		return err.Error()
+	}
+	return se.Frame.Header.Get(frame.Message) + "\n" + string(se.Frame.Body)
+}
+
 // send writes one SEND frame and waits for the broker's receipt. When no receipt
 // comes within timeout the socket is closed: the connection is unusable anyway
 // and closing is the only way to unblock go-stomp.
@@ -241,13 +251,18 @@ func (c *conn) send(dest, contentType string, body []byte, timeout time.Duration
 	if err == nil {
 		return nil
 	}
-	if isRefusal(err) {
+	refusal := isRefusal(err)
+	cause := c.sock.deathCause()
+	if refusal {
 		c.refusedOnce.Do(func() { close(c.refused) })
-		// go-stomp closes the socket after an ERROR frame; should it not,
-		// the connection must go all the same (see dying).
-		c.sock.kill(errors.New("closed after the broker refused a message"))
 	}
-	if cause := c.sock.deathCause(); cause != nil && !errors.Is(cause, errClosedLocally) && !isRefusal(err) {
+	// Whatever failed, the connection is done: go-stomp ends it after an
+	// ERROR frame and after an error of its own, and a send written on it
+	// before the socket closes would never be answered (and would leave a
+	// go-stomp goroutine waiting for its receipt for good). End it now, so
+	// that the next send waits for the link to redial (see dying).
+	c.sock.kill(errors.New("closed after a failed send"))
+	if cause != nil && !errors.Is(cause, errClosedLocally) && !refusal {
 		return fmt.Errorf("broker: send to %s on %s: %w (%w)", dest, c.name, err, cause)
 	}
 	return fmt.Errorf("broker: send to %s on %s: %w", dest, c.name, err)
@@ -340,11 +355,21 @@ func (l *link) set(c *conn) {
 	}
 }
 
+// connected reports whether the link has a live connection, or one a
+// refusal ended within the last refusalConnectedGrace (the broker has just
+// answered it; the link redials at once).
 func (l *link) connected() bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.cur != nil && !l.cur.sock.isDead() {
-		return true
+	if l.cur != nil {
+		select {
+		case <-l.cur.refused:
+			return true
+		default:
+		}
+		if !l.cur.sock.isDead() {
+			return true
+		}
 	}
 	return !l.refusedAt.IsZero() && time.Since(l.refusedAt) < refusalConnectedGrace
 }
@@ -407,17 +432,21 @@ func (l *link) run(first *conn) {
 		l.set(c)
 		select {
 		case <-c.sock.dead:
+			// Whether a refusal ended it is settled before the link lets go
+			// of it, so that connected() has no gap (see there).
+			refused := c.wasRefused(refusalGrace)
+			immediate := refused && l.afterRefusal(time.Now())
 			l.set(nil)
 			close(c.gone)
 			_ = c.sock.Close()
-			if c.wasRefused(refusalGrace) {
+			if refused {
 				// The broker refused one message and closed the connection
 				// after its ERROR frame: it is up, so redial at once, or every
 				// refusal would leave this sender down for a growing backoff
 				// (and all of them down: the service not ready). A storm of
 				// refusals backs off all the same.
 				l.b.log.Info("broker: connection closed after the broker refused a message; redialing", "conn", l.name)
-				if l.afterRefusal(time.Now()) {
+				if immediate {
 					flaps = 0
 				} else {
 					flaps = l.b.nextFlaps(c, flaps)

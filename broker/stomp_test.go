@@ -144,15 +144,15 @@ func TestStompReceiptTimeout(t *testing.T) {
 }
 
 // refuseSends makes fs answer each SEND to a destination refuse matches as
-// a broker refusing it does: an ERROR frame with message, then a closed
-// connection.
-func refuseSends(fs *fakeStomp, message string, refuse func(dest string) bool) {
+// a broker refusing it does: an ERROR frame with message (its header) and
+// body, then a closed connection.
+func refuseSends(fs *fakeStomp, message, body string, refuse func(dest string) bool) {
 	fs.onSend = func(fc *fakeConn, f *frame.Frame) bool {
 		if !refuse(f.Header.Get(frame.Destination)) {
 			return false
 		}
 		e := frame.New(frame.ERROR, frame.Message, message, frame.ReceiptId, f.Header.Get(frame.Receipt))
-		e.Body = []byte("details")
+		e.Body = []byte(body)
 		fs.write(fc, e)
 		_ = fc.nc.Close()
 		return true
@@ -163,7 +163,7 @@ func refuseSends(fs *fakeStomp, message string, refuse func(dest string) bool) {
 // retried until the context ends.
 func TestStompRefusal(t *testing.T) {
 	fs := newFakeStomp(t)
-	refuseSends(fs, "AMQ229032: not allowed", func(string) bool { return true })
+	refuseSends(fs, "AMQ229032: not allowed", "details", func(string) bool { return true })
 	b := openFake(t, fs, "dialect=artemis")
 	start := time.Now()
 	err := b.Send(testCtx(t), broker.Message{Destination: broker.Destination{Address: "a", Queue: "q"}, Body: []byte("x"), Attempt: 1})
@@ -179,18 +179,23 @@ func TestStompRefusal(t *testing.T) {
 }
 
 // TestStompRefusalAddressFull: a refusal because the address is full (it
-// passes once consumers catch up) matches broker.ErrFull too.
+// passes once consumers catch up) matches broker.ErrFull too, whether the
+// broker says so in the ERROR frame's message header or only in its body
+// (as Artemis does, under a generic header).
 func TestStompRefusalAddressFull(t *testing.T) {
-	for _, msg := range []string{
-		`AMQ229102: Address "room-1" is full. Message encode size = 321B`,           // Artemis, address-full-policy FAIL
-		"javax.jms.ResourceAllocationException: Usage Manager Memory Limit reached", // ActiveMQ Classic, sendFailIfNoSpace
+	for _, tc := range []struct{ header, body string }{
+		// Artemis, address-full-policy FAIL: the cause is in the body.
+		{"AMQ339011: Error sending message CoreMessage[messageID=0]", `ActiveMQAddressFullException[errorType=ADDRESS_FULL message=AMQ229102: Address "room-1" is full. Message encode size = 321B]`},
+		// ActiveMQ Classic, sendFailIfNoSpace.
+		{"Usage Manager Memory Limit reached. Stopping producer (ID:x) to prevent flooding queue://q. See http://activemq.apache.org/producer-flow-control.html for more info",
+			"javax.jms.ResourceAllocationException: Usage Manager Memory Limit reached.\n\tat org.apache.activemq.broker.region.Queue.send(Queue.java:731)"},
 	} {
 		fs := newFakeStomp(t)
-		refuseSends(fs, msg, func(string) bool { return true })
+		refuseSends(fs, tc.header, tc.body, func(string) bool { return true })
 		b := openFake(t, fs, "dialect=artemis")
 		err := b.Send(testCtx(t), broker.Message{Destination: broker.Destination{Address: "a", Queue: "q"}, Body: []byte("x"), Attempt: 1})
 		if !errors.Is(err, broker.ErrRefused) || !errors.Is(err, broker.ErrFull) {
-			t.Errorf("refused with %q: %v, want it to match broker.ErrRefused and broker.ErrFull", msg, err)
+			t.Errorf("refused with %q: %v, want it to match broker.ErrRefused and broker.ErrFull", tc.header, err)
 		}
 	}
 }
@@ -201,7 +206,7 @@ func TestStompRefusalAddressFull(t *testing.T) {
 // down for seconds, the service unready, after a handful of refusals).
 func TestStompRefusalsRedialAtOnce(t *testing.T) {
 	fs := newFakeStomp(t)
-	refuseSends(fs, "AMQ229017: Queue q does not exist", func(dest string) bool { return dest == "bad::q" })
+	refuseSends(fs, "AMQ229017: Queue q does not exist", "details", func(dest string) bool { return dest == "bad::q" })
 	b := openFake(t, fs, "dialect=artemis&senders=1")
 	bad := broker.Message{Destination: broker.Destination{Address: "bad", Queue: "q"}, Body: []byte("x"), Attempt: 1}
 	start := time.Now()

@@ -70,6 +70,13 @@ type RelayConfig struct {
 // broker will never take does not linger.
 const DefaultMaxRefusals = 10
 
+// MaxFullWait is how long a copy the broker refuses because its address is
+// full may wait for room before it becomes a dead letter (once it has been
+// refused MaxRefusals times): a full address drains once its consumers
+// catch up, but one nobody reads never does, and its copies must not be
+// tried forever.
+const MaxFullWait = 24 * time.Hour
+
 // RefusalBackoff is how long the relay waits before it sends a copy the
 // broker has refused n+1 times (n from 0) again: 1 s doubling, at most a minute.
 func RefusalBackoff(n int) time.Duration {
@@ -182,16 +189,17 @@ func NewRelay(store Store, b Sender, cfg RelayConfig, now func() time.Time, logg
 // (as its consumer would have made it), one refused MaxRefusals times as one
 // of reason broker_refused; any other is tried again after RefusalBackoff,
 // or at its expiry when that is sooner. A refusal because the address is
-// full (broker.ErrFull) is back-pressure, not a verdict on the copy: it is
-// tried again until it expires, however often. ErrExpired (the broker
-// would drop the copy before its delay ends) counts as expired.
+// full (broker.ErrFull) is back-pressure, not a verdict on the copy: it
+// ends the copy only once the copy has waited MaxFullWait. ErrExpired (the
+// broker would drop the copy before its delay ends) counts as expired.
 func (r *Relay) refusal(p Pending, err error, now time.Time) Refusal {
 	f := Refusal{Pending: p, Error: err.Error(), At: now}
 	exp := p.Event.ExpiresAt
+	full := errors.Is(err, broker.ErrFull)
 	switch {
 	case errors.Is(err, broker.ErrExpired) || (!exp.IsZero() && !exp.After(now)):
 		f.Status, f.Reason = StatusExpired, ReasonExpired
-	case p.Refusals+1 >= r.cfg.MaxRefusals && !errors.Is(err, broker.ErrFull):
+	case p.Refusals+1 >= r.cfg.MaxRefusals && (!full || now.Sub(p.CreatedAt) >= MaxFullWait):
 		f.Status, f.Reason = StatusDeadLettered, ReasonBrokerRefused
 		f.Error = fmt.Sprintf("refused %d times; the last time: %v", p.Refusals+1, err)
 	default:

@@ -43,7 +43,7 @@ func (o *outbox) add(expires time.Time) uuid.UUID {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	id := uuid.New()
-	o.rows[id] = &outboxRow{p: Pending{Send: Send{ID: id, Destination: "q"}, Event: Event{ID: uuid.New(), ExpiresAt: expires}}, status: StatusPending}
+	o.rows[id] = &outboxRow{p: Pending{Send: Send{ID: id, Destination: "q", CreatedAt: time.Now()}, Event: Event{ID: uuid.New(), ExpiresAt: expires}}, status: StatusPending}
 	o.order = append(o.order, id)
 	return id
 }
@@ -582,8 +582,8 @@ func (o *outbox) addTo(dest string, expires time.Time, refusals int) uuid.UUID {
 // stays healthy and sends the rest); it is tried again after a growing pause
 // (cut short by its expiry), given up as an expired dead letter once its
 // event has expired, and as a broker_refused one after MaxRefusals refusals
-// (unless the address is full: back-pressure); once the broker takes it, it
-// is sent.
+// (unless the address is full: back-pressure, until it has waited
+// MaxFullWait); once the broker takes it, it is sent.
 func TestRelayRefusals(t *testing.T) {
 	t.Parallel()
 	o, b := newOutbox(), &sink{got: map[string]int{}}
@@ -595,6 +595,10 @@ func TestRelayRefusals(t *testing.T) {
 	expiring := o.addTo("refused::q", time.Now().Add(400*time.Millisecond), 0)
 	last := o.addTo("refused::q", time.Time{}, 2)
 	full := o.addTo("full::q", time.Time{}, 2)
+	fullLong := o.addTo("full::q", time.Time{}, 2)
+	o.mu.Lock()
+	o.rows[fullLong].p.CreatedAt = time.Now().Add(-MaxFullWait)
+	o.mu.Unlock()
 	fine := o.addTo("room::q", time.Time{}, 0)
 	start := time.Now()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -629,6 +633,11 @@ func TestRelayRefusals(t *testing.T) {
 	waitFor(t, "the full address's refusal", func() bool { return len(o.row(full).refusals) == 1 })
 	if f := o.row(full).refusals[0]; f.RetryAt.IsZero() || o.row(full).status != StatusPending || !strings.Contains(f.Error, "AMQ229102") {
 		t.Errorf("copy refused %d times, the last for a full address: %+v, %q; want it tried again", 3, f, o.row(full).status)
+	}
+	// ... until it has waited MaxFullWait.
+	waitFor(t, "the long-waiting full copy's refusal", func() bool { return len(o.row(fullLong).refusals) == 1 })
+	if f := o.row(fullLong).refusals[0]; o.row(fullLong).status != StatusDeadLettered || f.Reason != ReasonBrokerRefused {
+		t.Errorf("copy refused 3 times for a full address after waiting %s: %q %+v; want a broker_refused dead letter", MaxFullWait, o.row(fullLong).status, f)
 	}
 	f := o.row(retried).refusals[0]
 	if f.Status != "" || f.RetryAt.Before(start.Add(time.Second)) || f.RetryAt.After(time.Now().Add(time.Second)) || !strings.Contains(f.Error, "AMQ229017") {
