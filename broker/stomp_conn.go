@@ -108,18 +108,6 @@ type conn struct {
 	gone chan struct{}
 }
 
-// dying reports whether c can take no more sends: its socket died, or the
-// broker refused a send on it (go-stomp then closes it, but a send written
-// meanwhile would never be answered).
-func (c *conn) dying() bool {
-	select {
-	case <-c.refused:
-		return true
-	default:
-		return c.sock.isDead()
-	}
-}
-
 // refusalGrace is how long a dead connection's link waits to learn whether
 // a refusal killed it: go-stomp may report the socket's end before the
 // refused send returns.
@@ -260,7 +248,7 @@ func (c *conn) send(dest, contentType string, body []byte, timeout time.Duration
 	// ERROR frame and after an error of its own, and a send written on it
 	// before the socket closes would never be answered (and would leave a
 	// go-stomp goroutine waiting for its receipt for good). End it now, so
-	// that the next send waits for the link to redial (see dying).
+	// that the next send waits for the link to redial (see link.await).
 	c.sock.kill(errors.New("closed after a failed send"))
 	if cause != nil && !errors.Is(cause, errClosedLocally) && !refusal {
 		return fmt.Errorf("broker: send to %s on %s: %w (%w)", dest, c.name, err, cause)
@@ -394,12 +382,14 @@ func (l *link) await(ctx context.Context) (*conn, error) {
 		l.mu.Lock()
 		c, ready := l.cur, l.ready
 		l.mu.Unlock()
-		if c != nil && !c.dying() {
+		if c != nil && !c.sock.isDead() {
 			return c, nil
 		}
 		if c != nil {
-			// Not yet replaced: a send written now would never be answered
-			// (and would leave go-stomp waiting for its receipt for good).
+			// Dead (conn.send kills the socket after any failure, before
+			// the link goes back to the pool) but not yet replaced: a send
+			// written now would never be answered (and would leave go-stomp
+			// waiting for its receipt for good).
 			select {
 			case <-c.gone:
 				continue
