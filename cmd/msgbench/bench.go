@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"sync"
 	"time"
 
@@ -32,8 +33,9 @@ type bench struct {
 	// apiProc fills the split push queue that dispatcher processes drain.
 	apiProc *service
 
-	flowRate float64 // end-to-end maximum, events/s
-	pushRate float64 // push maximum, deliveries/s
+	cpu      cpuWatch // the broker's and PostgreSQL's processes, for the CPU accounts
+	flowRate float64  // end-to-end maximum, events/s
+	pushRate float64  // push maximum, deliveries/s
 
 	mu       sync.Mutex
 	services []*service
@@ -86,6 +88,8 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 	if b.raw, err = broker.Open(ctx, b.brokerURL(), slog.New(slog.DiscardHandler)); err != nil {
 		return nil, fmt.Errorf("raw broker client: %w", err)
 	}
+	b.cpu = findCPUWatch(b.cfg.brokerURL, b.cfg.dbURL, b.cfg.embedded)
+	b.logf("CPU accounts: broker pid %s, PostgreSQL pid %s", pidText(b.cpu.broker), pidText(b.cpu.db))
 
 	base, err := b.baseline(ctx)
 	if err != nil {
@@ -124,6 +128,13 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 		Value: float64(st.hwm) / (1 << 20), Unit: "MiB"})
 	b.rep.evaluate()
 	return b.rep, nil
+}
+
+func pidText(pid int) string {
+	if pid == 0 {
+		return "not found (counted as other)"
+	}
+	return strconv.Itoa(pid)
 }
 
 // logTails prints the end of every service's log, to explain a failure.

@@ -64,6 +64,24 @@ func TestSmoke(t *testing.T) {
 			t.Errorf("figure %q is in the JSON but not in the table", f.Name)
 		}
 	}
+	if os.Getenv("BROKER_TEST_URL") != "" {
+		// The CPU accounts found the broker and PostgreSQL by their ports.
+		keys := []string{"cpu.consume", "cpu.flow", "e2e.cpu"}
+		// The push figures count from the dispatcher's start; in a run this
+		// small it may have drained the queue by then.
+		if _, ok := rep.figure("dispatcher.cpu_per_1000"); ok {
+			keys = append(keys, "cpu.push")
+			if f, _ := rep.figure("cpu.push"); !(f.Value > 0) || !(f.Ratio > 0) {
+				t.Errorf("cpu.push = %+v, want a positive value and ratio", f)
+			}
+		}
+		for _, key := range keys {
+			f, _ := rep.figure(key)
+			if !strings.Contains(f.Note, "broker ") || !strings.Contains(f.Note, "PostgreSQL ") {
+				t.Errorf("%s does not split the CPU between the broker and PostgreSQL: %q", key, f.Note)
+			}
+		}
+	}
 	if rep.Machine.CPUs < 1 || rep.Command == "" {
 		t.Errorf("machine or command missing: %+v %q", rep.Machine, rep.Command)
 	}

@@ -243,6 +243,11 @@ func (b *bench) flowPhase(ctx context.Context, _ baselineResult) error {
 	if err != nil {
 		return err
 	}
+	roles := map[string]*service{"serve": b.serve}
+	cpu0, err := b.cpu.sample(roles)
+	if err != nil {
+		return err
+	}
 	res, err := b.publishBatches(ctx, c, room, n, fastOnly)
 	if err != nil {
 		return err
@@ -251,6 +256,10 @@ func (b *bench) flowPhase(ctx context.Context, _ baselineResult) error {
 		return err
 	}
 	after, err := b.serve.stats()
+	if err != nil {
+		return err
+	}
+	cpu1, err := b.cpu.sample(roles)
 	if err != nil {
 		return err
 	}
@@ -264,6 +273,9 @@ func (b *bench) flowPhase(ctx context.Context, _ baselineResult) error {
 		Note: fmt.Sprintf("serve process; %d events in batches of 100, %d clients; first publish → last delivery; %d deferrals, %d duplicates", n, b.cfg.concurrency, deferred, dups)})
 	b.rep.add(Figure{Key: "service.cpu_per_1000", Group: "8 resources", Name: "service CPU per 1000 deliveries (serve: publish+relay+push)",
 		Value: cpu / float64(n) * 1000, Unit: "CPU s", Note: fmt.Sprintf("utime+stime over the end-to-end maximum run, %d deliveries", n)})
+	cost := spent(cpu0, cpu1, n, [][2]string{{"broker", "broker"}, {"serve", "serve"}, {"PostgreSQL", "PostgreSQL"}, {"msgbench", "msgbench (publishers, sink)"}})
+	b.rep.add(Figure{Key: "cpu.flow", Group: "8 resources", Name: "machine CPU per 1000 events end to end",
+		Value: cost.per1000, Unit: "CPU s", Note: "end-to-end maximum run: " + cost.note()})
 	return nil
 }
 
@@ -271,7 +283,7 @@ func (b *bench) flowPhase(ctx context.Context, _ baselineResult) error {
 // queue nobody consumes, then a dispatcher process drains it into the sink.
 // The embedded broker lives inside one process, so there the end-to-end
 // maximum stands in.
-func (b *bench) pushPhase(ctx context.Context, _ baselineResult) error {
+func (b *bench) pushPhase(ctx context.Context, base baselineResult) error {
 	if b.cfg.embedded {
 		b.pushRate = b.flowRate
 		b.rep.addRatio(Figure{Key: "push.rate", Group: "3 push", Name: "push to a sink answering 200 at once", Value: b.pushRate, Unit: "deliveries/s",
@@ -300,11 +312,20 @@ func (b *bench) pushPhase(ctx context.Context, _ baselineResult) error {
 	if err != nil {
 		return err
 	}
+	roles := map[string]*service{"dispatcher": d}
+	cpu0, err := b.cpu.sample(roles)
+	if err != nil {
+		return err
+	}
 	n0 := t.count()
 	if err := t.wait(ctx, phaseTimeout); err != nil {
 		return err
 	}
 	after, err := d.stats()
+	if err != nil {
+		return err
+	}
+	cpu1, err := b.cpu.sample(roles)
 	if err != nil {
 		return err
 	}
@@ -317,6 +338,11 @@ func (b *bench) pushPhase(ctx context.Context, _ baselineResult) error {
 	if n > n0 {
 		b.rep.add(Figure{Key: "dispatcher.cpu_per_1000", Group: "8 resources", Name: "dispatcher CPU per 1000 deliveries (push only)",
 			Value: (after.cpu - before.cpu).Seconds() / float64(n-n0) * 1000, Unit: "CPU s", Note: fmt.Sprintf("%d deliveries", n-n0)})
+	}
+	if n > n0 {
+		cost := spent(cpu0, cpu1, n-n0, [][2]string{{"broker", "broker"}, {"dispatcher", "dispatcher"}, {"PostgreSQL", "PostgreSQL"}, {"msgbench", "msgbench (sink)"}})
+		b.rep.addRatio(Figure{Key: "cpu.push", Group: "8 resources", Name: "machine CPU per 1000 push deliveries",
+			Value: cost.per1000, Unit: "CPU s", Note: cost.note() + "; ratio to a raw consume + ack's; 0.8 × raw consume + ack: " + cost.needs(0.8*base.consume)}, "cpu.consume", 0)
 	}
 	b.rep.add(Figure{Key: "dispatcher.rss_peak", Group: "8 resources", Name: "dispatcher peak RSS (VmHWM)", Value: float64(after.hwm) / (1 << 20), Unit: "MiB"})
 	return nil
@@ -400,6 +426,11 @@ func (b *bench) latencyRun(ctx context.Context, key, what string, rate float64) 
 	if _, err := c.subscribe(ctx, room, "PUSH", eventFast, map[string]any{"pushUrl": b.sink.url(t)}); err != nil {
 		return err
 	}
+	roles := map[string]*service{"serve": b.serve}
+	cpu0, err := b.cpu.sample(roles)
+	if err != nil {
+		return err
+	}
 	path := "/v1/rooms/" + room + "/messages"
 	interval := float64(time.Second) / rate
 	start := time.Now().Add(50 * time.Millisecond)
@@ -449,6 +480,10 @@ func (b *bench) latencyRun(ctx context.Context, key, what string, rate float64) 
 	if err := t.wait(ctx, phaseTimeout); err != nil {
 		return err
 	}
+	cpu1, err := b.cpu.sample(roles)
+	if err != nil {
+		return err
+	}
 	_, last, dups, lat, _, _ := t.snapshot()
 	deferred, _ := b.db.withStatus(ctx, roomID, "deferred")
 	achieved := perSecond(n, lastAns.Sub(start))
@@ -462,6 +497,9 @@ func (b *bench) latencyRun(ctx context.Context, key, what string, rate float64) 
 	b.rep.add(Figure{Key: key + ".p50", Group: "4 end to end", Name: "  latency p50", Value: ms(p50), Unit: "ms", Note: note})
 	b.rep.add(Figure{Key: key + ".p95", Group: "4 end to end", Name: "  latency p95", Value: ms(p95), Unit: "ms"})
 	b.rep.add(Figure{Key: key + ".p99", Group: "4 end to end", Name: "  latency p99", Value: ms(p99), Unit: "ms"})
+	cost := spent(cpu0, cpu1, n, [][2]string{{"broker", "broker"}, {"serve", "serve"}, {"PostgreSQL", "PostgreSQL"}, {"msgbench", "msgbench (publishers, sink)"}})
+	b.rep.add(Figure{Key: key + ".cpu", Group: "4 end to end", Name: "  machine CPU per 1000 events", Value: cost.per1000, Unit: "CPU s",
+		Note: cost.note() + "; " + cost.needs(rate)})
 	return nil
 }
 

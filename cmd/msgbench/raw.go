@@ -78,7 +78,15 @@ func (b *bench) baseline(ctx context.Context) (baselineResult, error) {
 		Value: res.send, Unit: "msg/s",
 		Note: fmt.Sprintf("%d concurrent Sends (relay's Concurrency) over senders=%s, %d msgs", relayConcurrency, senders(b.brokerURL()), sent)})
 
+	cpu0, err := b.cpu.sample(nil)
+	if err != nil {
+		return res, err
+	}
 	n, first, last, err := rawConsume(ctx, b.raw, dest, sent, dispatcherPrefetch, 3*time.Minute)
+	if err != nil {
+		return res, err
+	}
+	cpu1, err := b.cpu.sample(nil)
 	if err != nil {
 		return res, err
 	}
@@ -86,6 +94,9 @@ func (b *bench) baseline(ctx context.Context) (baselineResult, error) {
 	b.logf("raw consume+ack: %d in %s = %.0f/s", n, last.Sub(first).Round(time.Millisecond), res.consume)
 	b.rep.add(Figure{Key: "baseline.consume", Group: "1 baseline", Name: "raw consume + individual ack",
 		Value: res.consume, Unit: "msg/s", Note: fmt.Sprintf("1 consumer, prefetch %d (dispatcher's), %d msgs", dispatcherPrefetch, n)})
+	cost := spent(cpu0, cpu1, n, [][2]string{{"broker", "broker"}, {"msgbench", "msgbench (consumer)"}, {"PostgreSQL", "PostgreSQL"}})
+	b.rep.add(Figure{Key: "cpu.consume", Group: "8 resources", Name: "machine CPU per 1000 raw consume + acks",
+		Value: cost.per1000, Unit: "CPU s", Note: cost.note()})
 
 	lateness, err := rawScheduled(ctx, b.raw, b.queue("raw-sched"), b.cfg.retryDelays, b.cfg.retries)
 	b.queues = append(b.queues, b.queue("raw-sched"))

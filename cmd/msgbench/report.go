@@ -148,6 +148,7 @@ var requiredFigures = []string{
 	"isolation.rate",
 	"pull.rate",
 	"service.rss_peak", "service.cpu_per_1000",
+	"cpu.flow", "e2e.cpu", "e2e_half_flow.cpu",
 }
 
 // ratioFigures must also carry a positive ratio to their baseline.
