@@ -90,6 +90,7 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 	}
 	b.cpu = findCPUWatch(b.cfg.brokerURL, b.cfg.dbURL, b.cfg.embedded)
 	b.logf("CPU accounts: broker pid %s, PostgreSQL pid %s", pidText(b.cpu.broker), pidText(b.cpu.db))
+	b.rep.Settings["cpuAccountsBrokerPID"], b.rep.Settings["cpuAccountsPostgresPID"] = b.cpu.broker, b.cpu.db
 
 	base, err := b.baseline(ctx)
 	if err != nil {
@@ -132,7 +133,7 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 
 func pidText(pid int) string {
 	if pid == 0 {
-		return "not found (counted as other)"
+		return "not found (counted as other; /proc/<pid>/fd of another user's process needs root)"
 	}
 	return strconv.Itoa(pid)
 }

@@ -156,23 +156,30 @@ func readCPU(pid int) (procCPU, error) {
 	return st, nil
 }
 
-func ticks(n int64) time.Duration { return time.Duration(n) * time.Second / clockTicks }
+func ticks(n int64) time.Duration { return time.Duration(n) * (time.Second / clockTicks) }
 
-// machineCPU reads the first line of /proc/stat: busy is every state but
-// idle and iowait, summed over all CPUs.
-func machineCPU() (busy, all time.Duration, err error) {
+// machineTimes is the first line of /proc/stat, summed over all CPUs. The
+// kernel's interrupt work (most of the loopback network) is in it; with tick
+// accounting (no CONFIG_IRQ_TIME_ACCOUNTING) it is also charged to the process
+// it interrupted, otherwise it shows under "other".
+type machineTimes struct {
+	busy time.Duration // every state but idle and iowait
+	all  time.Duration
+}
+
+func machineCPU() (machineTimes, error) {
 	raw, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0, 0, err
+		return machineTimes{}, err
 	}
 	return parseMachineCPU(raw)
 }
 
-func parseMachineCPU(raw []byte) (busy, all time.Duration, err error) {
+func parseMachineCPU(raw []byte) (machineTimes, error) {
 	line, _, _ := bytes.Cut(raw, []byte("\n"))
 	f := strings.Fields(string(line))
 	if len(f) < 8 || f[0] != "cpu" {
-		return 0, 0, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+		return machineTimes{}, fmt.Errorf("/proc/stat: unexpected first line %q", line)
 	}
 	// user nice system idle iowait irq softirq steal [guest guest_nice]; guest
 	// time is already counted in user.
@@ -180,29 +187,30 @@ func parseMachineCPU(raw []byte) (busy, all time.Duration, err error) {
 	for i, s := range f[1:min(len(f), 9)] {
 		v, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
-			return 0, 0, fmt.Errorf("/proc/stat: %w", err)
+			return machineTimes{}, fmt.Errorf("/proc/stat: %w", err)
 		}
 		sum += v
 		if i == 3 || i == 4 {
 			idle += v
 		}
 	}
-	return ticks(sum - idle), ticks(sum), nil
+	return machineTimes{busy: ticks(sum - idle), all: ticks(sum)}, nil
 }
 
 // cpuSample is the CPU used so far by the machine and by each role.
 type cpuSample struct {
-	busy, all time.Duration
-	roles     map[string]time.Duration
+	at    time.Time
+	m     machineTimes
+	roles map[string]time.Duration
 }
 
 // sample reads the machine's CPU and each role's: the broker, PostgreSQL
 // (the postmaster, its live backends and those that exited), msgbench itself,
 // and the service processes given by role name.
 func (w cpuWatch) sample(services map[string]*service) (cpuSample, error) {
-	s := cpuSample{roles: map[string]time.Duration{}}
+	s := cpuSample{at: time.Now(), roles: map[string]time.Duration{}}
 	var err error
-	if s.busy, s.all, err = machineCPU(); err != nil {
+	if s.m, err = machineCPU(); err != nil {
 		return s, err
 	}
 	self, err := readCPU(os.Getpid())
@@ -223,11 +231,33 @@ func (w cpuWatch) sample(services map[string]*service) (cpuSample, error) {
 		}
 	}
 	if w.db != 0 {
-		if st, err := readCPU(w.db); err == nil {
-			s.roles["PostgreSQL"] = st.self + st.children + childrenCPU(w.db)
+		if cpu, ok := treeCPU(w.db); ok {
+			s.roles["PostgreSQL"] = cpu
 		}
 	}
 	return s, nil
+}
+
+// treeCPU is the CPU of a process and its children, live or exited. A child
+// that exits and is waited for while its siblings are read would be in
+// neither the live children nor the parent's exited-children time, so the
+// parent is read before and after, and the read repeated if that time moved.
+func treeCPU(pid int) (time.Duration, bool) {
+	for range 5 {
+		before, err := readCPU(pid)
+		if err != nil {
+			return 0, false
+		}
+		live := childrenCPU(pid)
+		after, err := readCPU(pid)
+		if err != nil {
+			return 0, false
+		}
+		if after.children == before.children {
+			return after.self + after.children + live, true
+		}
+	}
+	return 0, false
 }
 
 // childrenCPU sums the CPU of parent's live children and of the children
@@ -251,8 +281,9 @@ func childrenCPU(parent int) time.Duration {
 // deliveries, events), in CPU seconds, all told and by role.
 type cpuCost struct {
 	per1000 float64
-	roles   []roleCost // in the order given to spent, then "other"
-	busy    float64    // share of the machine's CPU time that was busy
+	roles   []roleCost    // in the order given to spent, then "other"
+	busy    float64       // share of the machine's CPU time that was busy
+	window  time.Duration // between the samples
 }
 
 type roleCost struct {
@@ -264,9 +295,9 @@ type roleCost struct {
 // roles to show, each with its label; what no role accounts for is "other".
 func spent(before, after cpuSample, units int, roles [][2]string) cpuCost {
 	per := func(d time.Duration) float64 { return d.Seconds() / float64(max(units, 1)) * 1000 }
-	busy := after.busy - before.busy
-	c := cpuCost{per1000: per(busy)}
-	if all := after.all - before.all; all > 0 {
+	busy := after.m.busy - before.m.busy
+	c := cpuCost{per1000: per(busy), window: after.at.Sub(before.at)}
+	if all := after.m.all - before.m.all; all > 0 {
 		c.busy = float64(busy) / float64(all)
 	}
 	rest := busy
@@ -279,22 +310,42 @@ func spent(before, after cpuSample, units int, roles [][2]string) cpuCost {
 		c.roles = append(c.roles, roleCost{label: r[1], per1000: per(a - b)})
 		rest -= a - b
 	}
-	c.roles = append(c.roles, roleCost{label: "other", per1000: per(max(rest, 0))})
+	// Negative when the roles add up to more than the machine: the samples
+	// read /proc one file after the other, so a few ticks may fall between.
+	c.roles = append(c.roles, roleCost{label: "other", per1000: per(rest)})
 	return c
 }
 
 // note shows the split, e.g. "broker 0.100, dispatcher 0.110, … CPU s;
-// machine 95 % busy".
+// machine 95 % busy over 3.2 s".
 func (c cpuCost) note() string {
 	parts := make([]string, len(c.roles))
 	for i, r := range c.roles {
 		parts[i] = fmt.Sprintf("%s %.3f", r.label, r.per1000)
 	}
-	return fmt.Sprintf("%s CPU s; machine %.0f %% busy", strings.Join(parts, ", "), c.busy*100)
+	return fmt.Sprintf("%s CPU s; machine %.0f %% busy over %.1f s", strings.Join(parts, ", "), c.busy*100, c.window.Seconds())
 }
 
-// needs says how much of the machine rate units per second would take at
-// this cost, e.g. "7908/s needs 2.61 of 2 CPUs".
+// needs says how much of the machine keeping up with rate units per second
+// would take at this cost, e.g. "7908/s at this cost needs 2.61 of 2 CPUs".
+// The cost falls as load rises (batches fill), so for a run that kept up
+// this is an upper bound.
 func (c cpuCost) needs(rate float64) string {
-	return fmt.Sprintf("%.0f/s at this cost needs %.2f of %d CPUs", rate, rate*c.per1000/1000, runtime.NumCPU())
+	return fmt.Sprintf("%.0f/s at this cost needs %.2f of %d CPUs", rate, rate*c.per1000/1000, machineCPUs())
+}
+
+// machineCPUs counts the CPUs /proc/stat sums over (runtime.NumCPU counts
+// only those this process may run on).
+func machineCPUs() int {
+	raw, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return runtime.NumCPU()
+	}
+	n := 0
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		if len(line) > 3 && strings.HasPrefix(line, "cpu") && line[3] >= '0' && line[3] <= '9' {
+			n++
+		}
+	}
+	return max(n, 1)
 }

@@ -65,7 +65,17 @@ func TestSmoke(t *testing.T) {
 		}
 	}
 	if os.Getenv("BROKER_TEST_URL") != "" {
-		// The CPU accounts found the broker and PostgreSQL by their ports.
+		// The CPU accounts found the broker and PostgreSQL by their ports:
+		// always in CI (root); elsewhere /proc may hide another user's
+		// PostgreSQL, and then its share is left in "other".
+		found := map[string]bool{}
+		for role, key := range map[string]string{"broker ": "cpuAccountsBrokerPID", "PostgreSQL ": "cpuAccountsPostgresPID"} {
+			pid, _ := rep.Settings[key].(float64)
+			found[role] = pid > 0
+			if pid <= 0 && os.Getenv("CI") == "true" {
+				t.Errorf("CPU accounts: %s= %v, want the pid of the process listening on its port", key, rep.Settings[key])
+			}
+		}
 		keys := []string{"cpu.consume", "cpu.flow", "e2e.cpu"}
 		// The push figures count from the dispatcher's start; in a run this
 		// small it may have drained the queue by then.
@@ -77,8 +87,10 @@ func TestSmoke(t *testing.T) {
 		}
 		for _, key := range keys {
 			f, _ := rep.figure(key)
-			if !strings.Contains(f.Note, "broker ") || !strings.Contains(f.Note, "PostgreSQL ") {
-				t.Errorf("%s does not split the CPU between the broker and PostgreSQL: %q", key, f.Note)
+			for role, ok := range found {
+				if ok && !strings.Contains(f.Note, role) {
+					t.Errorf("%s does not show the %sCPU: %q", key, role, f.Note)
+				}
 			}
 		}
 	}

@@ -31,7 +31,7 @@ func destination(fqqn string) broker.Destination {
 // messages:batch, each for -duration or until -publish-sends broker sends
 // were accepted: events answered 202 per second, and per second until the
 // relay had sent all of them to the broker.
-func (b *bench) publishPhases(ctx context.Context, _ baselineResult) error {
+func (b *bench) publishPhases(ctx context.Context, base baselineResult) error {
 	c := b.client(b.serve)
 	modes := []struct {
 		key, name string
@@ -69,6 +69,11 @@ func (b *bench) publishPhases(ctx context.Context, _ baselineResult) error {
 		if m.batch {
 			perReq *= 100
 		}
+		roles := map[string]*service{"serve": b.serve}
+		cpu0, err := b.cpu.sample(roles)
+		if err != nil {
+			return err
+		}
 		res := load(ctx, b.cfg.concurrency, time.Now().Add(b.cfg.duration), max(1, b.cfg.maxSends/perReq), req)
 		if res.accepted == 0 {
 			return fmt.Errorf("%s: nothing accepted (%d failed requests; first: %w)", m.name, res.errors, res.firstErr)
@@ -76,6 +81,10 @@ func (b *bench) publishPhases(ctx context.Context, _ baselineResult) error {
 		relayedAt, err := b.db.waitRelayed(ctx, roomID, phaseTimeout)
 		if err != nil {
 			return fmt.Errorf("%s: %w", m.name, err)
+		}
+		cpu1, err := b.cpu.sample(roles)
+		if err != nil {
+			return err
 		}
 		accepted := perSecond(res.accepted, res.elapsed)
 		relayed := perSecond(res.accepted, relayedAt.Sub(res.started))
@@ -94,6 +103,10 @@ func (b *bench) publishPhases(ctx context.Context, _ baselineResult) error {
 			"baseline.send", accepted*float64(m.fanout))
 		b.rep.addRatio(Figure{Key: m.key + "_relayed", Group: "2 publish", Name: m.name + ": relayed", Value: relayed, Unit: "events/s", Note: relayNote},
 			"baseline.send", relayed*float64(m.fanout))
+		// Per broker send, so that fan-outs compare with the raw send.
+		cost := spent(cpu0, cpu1, res.accepted*m.fanout, [][2]string{{"broker", "broker"}, {"serve", "serve"}, {"PostgreSQL", "PostgreSQL"}, {"msgbench", "msgbench (publishers)"}})
+		b.rep.addRatio(Figure{Key: m.key + "_cpu", Group: "2 publish", Name: "  machine CPU per 1000 broker sends", Value: cost.per1000, Unit: "CPU s",
+			Note: "202 → all relayed: " + cost.note() + "; ratio to a raw durable send's; ½ raw durable send: " + cost.needs(base.send/2)}, "cpu.send", 0)
 		if err := b.drainAll(ctx, dests, res.accepted); err != nil {
 			return err
 		}
@@ -312,12 +325,12 @@ func (b *bench) pushPhase(ctx context.Context, base baselineResult) error {
 	if err != nil {
 		return err
 	}
+	n0 := t.count()
 	roles := map[string]*service{"dispatcher": d}
 	cpu0, err := b.cpu.sample(roles)
 	if err != nil {
 		return err
 	}
-	n0 := t.count()
 	if err := t.wait(ctx, phaseTimeout); err != nil {
 		return err
 	}

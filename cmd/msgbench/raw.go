@@ -68,7 +68,15 @@ func (b *bench) baseline(ctx context.Context) (baselineResult, error) {
 	dest := b.queue("raw")
 	b.queues = append(b.queues, dest)
 
+	cpuS0, err := b.cpu.sample(nil)
+	if err != nil {
+		return res, err
+	}
 	sent, elapsed, err := rawSend(ctx, b.raw, dest, relayConcurrency, b.cfg.duration)
+	if err != nil {
+		return res, err
+	}
+	cpuS1, err := b.cpu.sample(nil)
 	if err != nil {
 		return res, err
 	}
@@ -77,6 +85,10 @@ func (b *bench) baseline(ctx context.Context) (baselineResult, error) {
 	b.rep.add(Figure{Key: "baseline.send", Group: "1 baseline", Name: "raw durable send with receipt",
 		Value: res.send, Unit: "msg/s",
 		Note: fmt.Sprintf("%d concurrent Sends (relay's Concurrency) over senders=%s, %d msgs", relayConcurrency, senders(b.brokerURL()), sent)})
+
+	sendCost := spent(cpuS0, cpuS1, sent, [][2]string{{"broker", "broker"}, {"msgbench", "msgbench (senders)"}, {"PostgreSQL", "PostgreSQL"}})
+	b.rep.add(Figure{Key: "cpu.send", Group: "8 resources", Name: "machine CPU per 1000 raw durable sends",
+		Value: sendCost.per1000, Unit: "CPU s", Note: sendCost.note()})
 
 	cpu0, err := b.cpu.sample(nil)
 	if err != nil {

@@ -202,7 +202,7 @@ func readProcStats(pid int) (procStats, error) {
 	if err1 != nil || err2 != nil {
 		return st, fmt.Errorf("/proc/%d/stat: bad utime/stime", pid)
 	}
-	st.cpu = time.Duration(utime+stime) * time.Second / clockTicks
+	st.cpu = ticks(utime + stime)
 
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
