@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -63,20 +62,5 @@ func TestConfigLogHidesSecrets(t *testing.T) {
 	s := cfg.logValue().String()
 	if strings.Contains(s, "s3cret") || strings.Contains(s, "hunter2") || strings.Contains(s, "bootstrap-0123") {
 		t.Errorf("secrets in log value: %s", s)
-	}
-}
-
-// TestTuneGC: GOGC from the environment wins; without it the service runs
-// with defaultGCPercent. Not parallel: the GC percent is process-wide.
-func TestTuneGC(t *testing.T) {
-	orig := debug.SetGCPercent(123)
-	t.Cleanup(func() { debug.SetGCPercent(orig) })
-	tuneGC(func(k string) (string, bool) { return "123", k == "GOGC" })
-	if got := currentGOGC(); got != 123 {
-		t.Errorf("GOGC set in the environment: gogc %d, want it left at 123", got)
-	}
-	tuneGC(func(string) (string, bool) { return "", false })
-	if got := currentGOGC(); got != defaultGCPercent {
-		t.Errorf("GOGC unset: gogc %d, want %d", got, defaultGCPercent)
 	}
 }

@@ -13,8 +13,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"runtime/debug"
-	rtmetrics "runtime/metrics"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,33 +26,10 @@ import (
 	"github.com/roomhub/messaging-api/store"
 )
 
-// defaultGCPercent is the garbage collector's GOGC when the environment sets
-// none. The service's live heap is small (tens of MiB), so Go's default of 100
-// collects very often: in the benchmark (docs/benchmarks.md, session 9) 400
-// took 10–15 % less CPU per delivery for about twice the resident memory.
-const defaultGCPercent = 400
-
-// tuneGC applies defaultGCPercent unless GOGC is set.
-func tuneGC(lookupEnv func(string) (string, bool)) {
-	if _, set := lookupEnv("GOGC"); !set {
-		debug.SetGCPercent(defaultGCPercent)
-	}
-}
-
-// currentGOGC is the GOGC in effect, as the runtime reports it.
-func currentGOGC() uint64 {
-	s := []rtmetrics.Sample{{Name: "/gc/gogc:percent"}}
-	rtmetrics.Read(s)
-	if s[0].Value.Kind() != rtmetrics.KindUint64 {
-		return 0
-	}
-	return s[0].Value.Uint64()
-}
-
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	tuneGC(os.LookupEnv)
+	tuneGC(os.LookupEnv, cgroupMemoryLimit)
 	var err error
 	if len(os.Args) > 1 && os.Args[1] == "apikey" {
 		err = runAPIKey(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
@@ -85,7 +60,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		return err
 	}
 	logger := newLogger(cfg, stderr)
-	logger.Info("starting", slog.String("command", cmd), slog.Any("config", cfg.logValue()), slog.Uint64("gogc", currentGOGC()))
+	logger.Info("starting", slog.String("command", cmd), slog.Any("config", cfg.logValue()), slog.String("gc", gcSettings()))
 
 	db, err := store.Open(ctx, cfg.DatabaseURL, logger)
 	if err != nil {
