@@ -635,11 +635,28 @@ func (b *bench) isolationPhase(ctx context.Context, _ baselineResult) error {
 		// A hanging delivery holds its worker for PUSH_TIMEOUT; what is left
 		// of the run's hanging messages is drained at the end.
 		defer func() { _ = d.cmd.Process.Kill() }()
+		n0 := fast.count()
+		roles := map[string]*service{"dispatcher": d}
+		cpu0, err := b.cpu.sample(roles)
+		if err != nil {
+			return err
+		}
 		if err := fast.wait(ctx, phaseTimeout); err != nil {
+			return err
+		}
+		cpu1, err := b.cpu.sample(roles)
+		if err != nil {
 			return err
 		}
 		first, last, _, _, _, _ := fast.snapshot()
 		rate = perSecond(n-1, last.Sub(first))
+		if n > n0 {
+			// Per fast delivery: what the hanging endpoint's deferrals add shows
+			// against the push run's cost.
+			cost := spent(cpu0, cpu1, n-n0, [][2]string{{"broker", "broker"}, {"dispatcher", "dispatcher"}, {"PostgreSQL", "PostgreSQL"}, {"msgbench", "msgbench (sinks)"}})
+			b.rep.addRatio(Figure{Key: "isolation.cpu", Group: "6 isolation", Name: "  machine CPU per 1000 fast deliveries", Value: cost.per1000, Unit: "CPU s",
+				Note: cost.note() + "; ratio to the push run's; push alone's rate: " + cost.needs(b.pushRate)}, "cpu.push", 0)
+		}
 		roomID, method = id, "dispatcher process draining a preloaded queue (as the push figure)"
 	}
 	deferred, _ := b.db.withStatus(ctx, roomID, "deferred")
