@@ -15,7 +15,7 @@ import (
 // defaultGCPercent is the garbage collector's GOGC when the environment sets
 // none. The service's live heap is small (tens of MiB), so Go's default of 100
 // collects very often: in the benchmark (docs/benchmarks.md, session 9) 400
-// took about 10 % less CPU per delivery for 2–2.5 × the resident memory.
+// took about 10 % less CPU per delivery for 1.5–2.5 × the resident memory.
 const defaultGCPercent = 400
 
 // memoryLimitShare is the part of a cgroup's memory limit the runtime's soft

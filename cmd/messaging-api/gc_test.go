@@ -60,6 +60,7 @@ func TestMemoryLimitIn(t *testing.T) {
 	write("memory/docker/abc/memory.limit_in_bytes", "536870912")
 	write("memory/memory.limit_in_bytes", "9223372036854771712")
 	write("unified/svc/memory.max", "max")
+	write("unified/hybrid/memory.max", "1073741824")
 
 	tests := []struct {
 		name, self string
@@ -70,6 +71,8 @@ func TestMemoryLimitIn(t *testing.T) {
 		{"v1 memory controller", "4:memory:/docker/abc\n3:cpu:/docker/abc\n0::/\n", 536870912, true},
 		{"v1 near 2^63 is no limit", "4:cpuacct,memory:/\n", 0, false},
 		{"hybrid: v2 under unified, max", "0::/svc\n", 0, false},
+		{"hybrid: v2 under unified", "0::/hybrid\n", 1073741824, true},
+		{"v1: the host's path, missing in a container; the mount's root has none", "4:memory:/docker/gone\n", 0, false},
 		{"no such cgroup", "0::/nowhere\n", 0, false},
 	}
 	for _, tt := range tests {

@@ -163,8 +163,8 @@ func ticks(n int64) time.Duration { return time.Duration(n) * (time.Second / clo
 // accounting (no CONFIG_IRQ_TIME_ACCOUNTING) it is also charged to the process
 // it interrupted, otherwise it shows under "other".
 type machineTimes struct {
-	busy time.Duration // every state but idle and iowait
-	all  time.Duration
+	busy time.Duration // every state but idle, iowait and steal
+	all  time.Duration // every state but steal
 }
 
 func machineCPU() (machineTimes, error) {
@@ -182,17 +182,21 @@ func parseMachineCPU(raw []byte) (machineTimes, error) {
 		return machineTimes{}, fmt.Errorf("/proc/stat: unexpected first line %q", line)
 	}
 	// user nice system idle iowait irq softirq steal [guest guest_nice]; guest
-	// time is already counted in user.
+	// time is already counted in user; steal is time the hypervisor gave to
+	// another machine, neither busy nor idle here.
 	var sum, idle int64
 	for i, s := range f[1:min(len(f), 9)] {
 		v, err := strconv.ParseInt(s, 10, 64)
 		if err != nil {
 			return machineTimes{}, fmt.Errorf("/proc/stat: %w", err)
 		}
-		sum += v
-		if i == 3 || i == 4 {
+		switch i {
+		case 3, 4:
 			idle += v
+		case 7:
+			continue
 		}
+		sum += v
 	}
 	return machineTimes{busy: ticks(sum - idle), all: ticks(sum)}, nil
 }

@@ -26,8 +26,9 @@
 //     subscription's endpoint hangs until PUSH_TIMEOUT.
 //  7. pull: messages per second through pull (maxMessages 100) + ack.
 //  8. the service's peak RSS (VmHWM) and CPU seconds per 1000 deliveries, and
-//     the machine's CPU per 1000 messages in the raw consume + ack, push,
-//     end-to-end and latency runs, split between the broker, PostgreSQL
+//     the machine's CPU per 1000 messages in the raw sends, the raw consume +
+//     ack, each publish mode, the push, end-to-end, isolation and latency
+//     runs, split between the broker, PostgreSQL
 //     (each found by the port it listens on), the service and msgbench
 //     itself, with how many CPUs a rate would need at that cost.
 //

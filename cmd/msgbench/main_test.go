@@ -84,6 +84,9 @@ func TestSmoke(t *testing.T) {
 			if f, _ := rep.figure("cpu.push"); !(f.Value > 0) || !(f.Ratio > 0) {
 				t.Errorf("cpu.push = %+v, want a positive value and ratio", f)
 			}
+			if f, ok := rep.figure("isolation.cpu"); ok && (!(f.Ratio > 0) || f.Versus != "cpu.push") {
+				t.Errorf("isolation.cpu = %+v, want its ratio to cpu.push", f)
+			}
 		}
 		for _, key := range keys {
 			f, _ := rep.figure(key)
