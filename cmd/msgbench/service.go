@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -183,26 +182,11 @@ func (s *service) stats() (procStats, error) {
 
 func readProcStats(pid int) (procStats, error) {
 	var st procStats
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	c, err := readCPU(pid)
 	if err != nil {
 		return st, err
 	}
-	// Fields after the command name, which is in parentheses and may hold spaces:
-	// state is field 3, utime 14, stime 15 (proc(5)).
-	i := bytes.LastIndexByte(raw, ')')
-	if i < 0 {
-		return st, fmt.Errorf("/proc/%d/stat: unexpected format", pid)
-	}
-	f := strings.Fields(string(raw[i+1:]))
-	if len(f) < 13 {
-		return st, fmt.Errorf("/proc/%d/stat: too few fields", pid)
-	}
-	utime, err1 := strconv.ParseInt(f[11], 10, 64)
-	stime, err2 := strconv.ParseInt(f[12], 10, 64)
-	if err1 != nil || err2 != nil {
-		return st, fmt.Errorf("/proc/%d/stat: bad utime/stime", pid)
-	}
-	st.cpu = ticks(utime + stime)
+	st.cpu = c.self
 
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
