@@ -103,8 +103,9 @@ func heldDelivery(queue broker.Destination, now time.Time, held int) (*broker.De
 // ParkedOwner of its subscription) until the deferral ends (the delay doubled
 // by each earlier deferral), for the outbox relay to send then, with the
 // deferral counted and the same attempt. From the fourth deferral in a row,
-// and for a PAUSED subscription's held message, the copy goes to the
-// broker's scheduler instead.
+// for a deferral longer than 4 s (stretched by a long hang: slowDelay), and
+// for a PAUSED subscription's held message, the copy goes to the broker's
+// scheduler instead.
 func TestSlowDeferralWaitsInTheOutbox(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 25, 2, 0, 0, 0, time.UTC)
@@ -152,6 +153,7 @@ func TestSlowDeferralWaitsInTheOutbox(t *testing.T) {
 		reason string
 	}{
 		{fmt.Sprintf("slow, deferral %d", parkDeferrals+1), parkDeferrals, defer1 << parkDeferrals, deferSlow},
+		{"slow, deferral 1 stretched by a long hang", 0, defer1<<(parkDeferrals-1) + time.Millisecond, deferSlow},
 		{"paused", 2, 40 * time.Second, deferPaused},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -243,5 +245,123 @@ func TestParkedCopiesReleasedWhenQuickAgain(t *testing.T) {
 	time.Sleep(100 * time.Millisecond)
 	if r := log.releases(); len(r) != 1 || r[0] != sub.ID {
 		t.Errorf("released %v; want the subscription's parked copies released once", r)
+	}
+}
+
+// TestSlowDelay: a slow subscription's deferral doubles with each one in a
+// row (up to a minute), is stretched to how long its endpoint has been
+// hanging (parked ones up to 4 s, the broker's up to maxSlowDelay), and not
+// past halfway to the message's expiry.
+func TestSlowDelay(t *testing.T) {
+	t.Parallel()
+	p := New(DefaultConfig(broker.Destination{Address: "push", Queue: "push"}), nil, nil, nil, nil, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s := time.Second
+	for _, tc := range []struct {
+		held             int
+		stuck, expiresIn time.Duration
+		want             time.Duration
+	}{
+		{0, 0, 0, s},
+		{1, 0, 0, 2 * s},
+		{2, 300 * time.Millisecond, 0, 4 * s},
+		{0, 3 * s, 0, 3 * s},            // hanging for 3 s: parked 3 s, not 1
+		{0, 10 * s, 0, 4 * s},           // parked: 4 s at most
+		{2, 3 * s, 0, 4 * s},            // the doubling is longer
+		{3, 10 * s, 0, 10 * s},          // the fourth: the broker's, as long as the hang
+		{0, 90 * s, 0, 90 * s},          // a long hang: the broker's from the first, beyond the doubling's cap
+		{0, time.Hour, 0, maxSlowDelay}, // capped
+		{12, 0, 0, time.Minute},         // the doubling alone stops at a minute
+		{12, 3 * time.Minute, 0, 3 * time.Minute},
+		{0, 90 * s, 40 * s, 20 * s},           // not past the expiry: halfway to it
+		{0, 90 * s, 120 * s, 60 * s},          // nor past halfway, lest it come back just as it expires
+		{0, 90 * s, 10 * time.Minute, 90 * s}, // well before the expiry
+		{0, 3 * s, 2 * s, s},                  // parked, not stretched past halfway
+		{3, 90 * s, 10 * s, 8 * s},            // the doubling alone is not shortened (requeue dead-letters if it passes the expiry)
+		{0, 30 * s, time.Second, s},           // about to expire: the plain deferral
+	} {
+		if got := p.slowDelay(tc.held, tc.stuck, tc.expiresIn); got != tc.want {
+			t.Errorf("slowDelay(held %d, stuck %s, expires in %s) = %s, want %s", tc.held, tc.stuck, tc.expiresIn, got, tc.want)
+		}
+	}
+}
+
+// deferrals runs a small-window dispatcher (smallWindowDispatcher) for one
+// subscription whose endpoint is handler; first messages are sent, then,
+// after pause, second more; it returns the settlements of the n deferred
+// copies that follow.
+func deferrals(t *testing.T, handler http.HandlerFunc, first int, pause time.Duration, second, n int) (*Dispatcher, uuid.UUID, []Settlement) {
+	t.Helper()
+	endpoint := httptest.NewServer(handler)
+	t.Cleanup(endpoint.Close)
+	sub := subscriptions.Subscription{ID: uuid.New(), Type: subscriptions.TypePush, PushURL: endpoint.URL, Status: subscriptions.StatusActive}
+	log := &settleRecorder{}
+	dir := &twoSubs{subs: map[uuid.UUID]subscriptions.Subscription{sub.ID: sub}, out: map[publish.Status]int{}}
+	d, send := smallWindowDispatcher(t, dir, log)
+	runDispatcher(t, d)
+	for range first {
+		send(sub.ID)
+	}
+	time.Sleep(pause)
+	for range second {
+		send(sub.ID)
+	}
+	var copies []Settlement
+	eventually(t, 3*time.Second, fmt.Sprintf("%d deferred copies", n), func() bool {
+		settled, _ := log.snapshot()
+		copies = copies[:0]
+		for _, s := range settled {
+			if s.Resend != nil {
+				copies = append(copies, s)
+			}
+		}
+		return len(copies) == n
+	})
+	return d, sub.ID, copies
+}
+
+// TestDeferralsStretchWithTheHang: messages deferred while an endpoint has
+// been hanging for a while wait about as long as it has hung (parked, up to
+// parkedDelay), not DeferDelay.
+func TestDeferralsStretchWithTheHang(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	// 2 requests hang, 2 messages wait in the backlog; 3 more are deferred.
+	const hung = 2 * time.Second
+	d, sub, copies := deferrals(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		case <-time.After(10 * time.Second): // should the test fail before it releases them
+		}
+	}, 4, hung, 3, 3)
+	t.Cleanup(func() { close(release) }) // before the endpoint closes: it waits for its requests
+	// The hang is timed from the first request's start, a little after the
+	// first send.
+	for _, st := range copies {
+		if c := st.Resend; c.ScheduledDelay < hung-250*time.Millisecond || c.ScheduledDelay > d.parkedDelay() || st.Owner != ParkedOwner(sub) {
+			t.Errorf("a message deferred after the endpoint hung %s waits %s leased to %q; want about %s, at most %s, parked", hung, c.ScheduledDelay, st.Owner, hung, d.parkedDelay())
+		}
+	}
+}
+
+// TestSlowAnswersDoNotStretchDeferrals: an endpoint that answers, however
+// slowly, is not hanging: its messages' deferrals are not stretched by the
+// time since its first slow request.
+func TestSlowAnswersDoNotStretchDeferrals(t *testing.T) {
+	t.Parallel()
+	// 2 requests run (answered after 1.5 s), 2 wait; then those 2 run. 2.2 s
+	// in, 2 more wait and 2 are deferred: the endpoint has been slow for
+	// 2.2 s, but the requests running then started 0.7 s before, after the
+	// first ones were answered.
+	d, _, copies := deferrals(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-time.After(1500 * time.Millisecond):
+		case <-r.Context().Done():
+		}
+	}, 4, 2200*time.Millisecond, 4, 2)
+	for _, st := range copies {
+		if c := st.Resend; c.ScheduledDelay != d.cfg.DeferDelay {
+			t.Errorf("deferred for %s; want %s: the endpoint answers (slowly), it does not hang", c.ScheduledDelay, d.cfg.DeferDelay)
+		}
 	}
 }

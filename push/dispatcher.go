@@ -101,12 +101,57 @@ const ParkedPrefix = "parked:"
 // tells them apart from rows a relay is sending.
 func ParkedOwner(subscription uuid.UUID) string { return ParkedPrefix + subscription.String() }
 
-// parkDeferrals is how many deferrals in a row of one message wait in the
-// outbox (1, 2 and 4 s with the default DeferDelay); later ones (8 s up to
-// a minute: an endpoint that has hung for a while) go to the broker's
-// scheduler, so that the outbox's claims never step over more than a few
-// seconds' worth of a hanging subscription's messages.
+// parkDeferrals is how many deferrals in a row of one message may wait in
+// the outbox (1, 2 and 4 s with the default DeferDelay; see slowDelay);
+// longer ones go to the broker's scheduler, so that the outbox's claims
+// never step over more than a few seconds' worth of a hanging
+// subscription's messages.
 const parkDeferrals = 3
+
+// maxSlowDelay caps the delay of a slow subscription's deferred message,
+// as PAUSED holds are capped.
+const maxSlowDelay = 5 * time.Minute
+
+// longHang is how long an endpoint must have been hanging before its
+// messages skip the outbox and wait in the broker's scheduler from their
+// first deferral (see slowDelay).
+const longHang = 30 * time.Second
+
+// parkedDelay is the longest deferral that is parked in the outbox.
+func (p *Dispatcher) parkedDelay() time.Duration { return p.cfg.DeferDelay << (parkDeferrals - 1) }
+
+// slowDelay is how long a slow subscription's message is deferred: DeferDelay
+// doubled by each earlier deferral in a row (held), and at least as long as
+// the endpoint has been hanging (stuck).
+//
+//   - Early in a hang (stuck under longHang) the first parkDeferrals
+//     deferrals are parked in the outbox, which can bring them back as soon as
+//     the endpoint answers quickly again (releaseParked); they last at most
+//     parkedDelay (4 s), so that the outbox's claims step over a few seconds'
+//     worth of copies at most.
+//   - Later deferrals, and every deferral once the endpoint has hung for
+//     longHang, go to the broker's scheduler and last as long as the hang so
+//     far, up to maxSlowDelay: the longer an endpoint hangs, the fewer times
+//     each of its messages comes back to find it still hanging (an hour-long
+//     hang cycles its backlog once per maxSlowDelay, not once a minute), and
+//     a recovered endpoint waits for its messages about as long as it hung.
+//
+// The doubling alone stops at a minute. Stretching never takes a deferral
+// past halfway to the message's expiry (expiresIn > 0), lest the copy come
+// back just as it expires.
+func (p *Dispatcher) slowDelay(held int, stuck, expiresIn time.Duration) time.Duration {
+	base := min(p.cfg.DeferDelay<<min(held, 10), time.Minute)
+	var delay time.Duration
+	if held < parkDeferrals && stuck < longHang {
+		delay = min(max(base, stuck), p.parkedDelay())
+	} else {
+		delay = max(base, min(stuck, maxSlowDelay))
+	}
+	if expiresIn > 0 && delay > base && delay > expiresIn/2 {
+		delay = max(base, expiresIn/2)
+	}
+	return delay
+}
 
 // Broker is what the dispatcher needs of the broker.
 type Broker interface {
@@ -133,8 +178,9 @@ type Config struct {
 	MaxResponseBody int64
 	// MaxRetryAfter bounds how far a Retry-After header can push a retry.
 	MaxRetryAfter time.Duration
-	// DeferDelay is how long a deferred message waits; PausedDelay the first
-	// wait of a PAUSED subscription's message (it doubles up to 5 min).
+	// DeferDelay is how long a slow subscription's deferred message first
+	// waits (see slowDelay); PausedDelay the first wait of a PAUSED
+	// subscription's message (it doubles up to 5 min).
 	DeferDelay  time.Duration
 	PausedDelay time.Duration
 	// CacheTTL is how long a subscription's settings are reused.
@@ -274,7 +320,7 @@ read:
 		case <-changed:
 		case <-shed:
 			for _, j := range sched.shed() {
-				p.deferSlow(workCtx, j)
+				p.deferSlow(workCtx, j, sched.stuckFor(j.key))
 			}
 		case d, ok := <-in:
 			if !ok {
@@ -313,18 +359,21 @@ func (p *Dispatcher) accept(ctx context.Context, sched *scheduler, d *broker.Del
 	}
 	j := &job{key: subID, d: d}
 	if !sched.add(j) {
-		p.deferSlow(ctx, j)
+		p.deferSlow(ctx, j, sched.stuckFor(j.key))
 	}
 }
 
 // deferSlow re-queues a message of a slow subscription for later, without
-// an attempt.
-func (p *Dispatcher) deferSlow(ctx context.Context, j *job) {
+// an attempt; stuck is how long the subscription's endpoint has been hanging
+// (scheduler.stuckFor).
+func (p *Dispatcher) deferSlow(ctx context.Context, j *job, stuck time.Duration) {
 	d := j.d
-	// Each deferral of the same message waits twice as long (up to a
-	// minute), so a hanging endpoint's messages do not churn every second.
 	held, _ := strconv.Atoi(d.Headers[publish.HeaderHeld])
-	delay := min(p.cfg.DeferDelay<<min(held, 10), time.Minute)
+	var expiresIn time.Duration
+	if exp := EventOf(d).ExpiresAt; !exp.IsZero() {
+		expiresIn = max(time.Nanosecond, exp.Sub(p.now()))
+	}
+	delay := p.slowDelay(held, stuck, expiresIn)
 	go p.retryUntilDone(ctx, j, func(context.Context) (decision, error) {
 		return p.requeue(j, delay, "deferred: the subscription is slow and has too many messages in flight", deferSlow), nil
 	})
@@ -368,6 +417,10 @@ func (p *Dispatcher) handle(ctx context.Context, sched *scheduler, j *job) {
 		dec, err := p.deliver(ctx, j)
 		if err == nil {
 			sched.done(j)
+			if a := dec.s.Attempt; a.StatusCode != 0 || a.Latency > 0 {
+				// A request was made: did it hang (see scheduler.stuckFor)?
+				sched.requestEnded(j.key, p.now().Add(-a.Latency), p.cfg.SlowAfter > 0 && a.Latency >= p.cfg.SlowAfter && (a.StatusCode == 0 || a.StatusCode >= 500))
+			}
 			if dec.outcome == OutcomeDelivered {
 				p.releaseParked(ctx, sched, j, dec.s.Attempt.Latency)
 			}
@@ -543,8 +596,8 @@ func (p *Dispatcher) deadLetter(s Settlement, ev publish.Event, d *broker.Delive
 // again after an error, it does not store the outcome twice.
 //
 // The copy of a slow subscription's deferred message is not sent here (for
-// its first parkDeferrals deferrals): its outbox row is leased to
-// ParkedOwner until the deferral ends, and the outbox relay of whichever
+// its first parkDeferrals deferrals, while they are short): its outbox row
+// is leased to ParkedOwner until the deferral ends, and the outbox relay of whichever
 // process claims it then sends it; releaseParked may end the lease sooner. A deferral is thus one row in
 // the group commit and an ack, where sending it at once took a scheduled
 // broker send and a second database write (marking the row sent), which cut
@@ -554,7 +607,7 @@ func (p *Dispatcher) deadLetter(s Settlement, ev publish.Event, d *broker.Delive
 // minutes, which the outbox's claims would have to step over.
 func (p *Dispatcher) settle(ctx context.Context, d *broker.Delivery, dec *decision) error {
 	s := &dec.s
-	parked := dec.deferred == deferSlow && s.Resend != nil && s.Resend.Held <= parkDeferrals
+	parked := dec.deferred == deferSlow && s.Resend != nil && s.Resend.Held <= parkDeferrals && s.Resend.ScheduledDelay <= p.parkedDelay()
 	if !dec.stored {
 		switch {
 		case parked:

@@ -34,14 +34,18 @@
 //     new one, so that the prefetch window stays open for the other
 //     subscriptions. A deferred message is acked once its copy is stored in
 //     the outbox, parked (leased to ParkedOwner of its subscription) for the
-//     deferral (1, 2, then 4 s); the outbox relay of any process sends the
+//     deferral (1, 2, then 4 s; as long as the endpoint has been hanging, if
+//     that is longer, up to 4 s); the outbox relay of any process sends the
 //     copy when the lease ends (within OUTBOX_POLL_INTERVAL), as the same
 //     attempt. Nothing is sent to the broker meanwhile: a deferral costs one
 //     row in the group commit and an ack. Once the subscription answers
 //     quickly again, the dispatcher ends its parked copies' leases at once.
-//     From the fourth deferral in a row (8 s, doubling up to 1 min) the copy
-//     goes to the broker's scheduler instead, so that the outbox holds only
-//     a few seconds' worth of a hanging endpoint's messages.
+//     From the fourth deferral in a row (8 s, doubling up to 1 min), and
+//     from the first once the endpoint has hung for 30 s, the copy goes to
+//     the broker's scheduler instead, for at least as long as the endpoint
+//     has been hanging (up to 5 min), so that the outbox holds only a few
+//     seconds' worth of a hanging endpoint's messages and a long hang does
+//     not cycle its backlog through the dispatcher every few seconds.
 //   - A database outage is not a delivery failure: while the database does
 //     not answer the dispatcher reads no message and starts no request (the
 //     broker keeps them, unacked); a request already made keeps its outcome

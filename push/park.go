@@ -84,7 +84,7 @@ func (ps *parkedSubs) claim(sub uuid.UUID, heldCopy bool, now time.Time, every t
 // once it answers quickly again: a delivery that took less than SlowAfter
 // while none of the subscription's requests has been running that long.
 // Without it, a recovered endpoint's messages would wait out their
-// deferrals (up to 4 s each, more after several). At most once per
+// deferrals (up to 4 s each, parkDeferrals of them in a row). At most once per
 // DeferDelay per subscription and process: each release is one UPDATE of
 // the outbox, and an endpoint quick for one request may hang on the next.
 func (p *Dispatcher) releaseParked(ctx context.Context, sched *scheduler, j *job, latency time.Duration) {

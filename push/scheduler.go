@@ -14,12 +14,14 @@ import (
 // endpoint keeps its messages, a hanging one gives them back for deferral,
 // so it cannot take the whole prefetch window from the others.
 type scheduler struct {
-	mu         sync.Mutex
-	cond       *sync.Cond
-	ready      []*job
-	backlog    map[uuid.UUID][]*job
-	active     map[uuid.UUID]int
-	running    map[uuid.UUID]map[*job]time.Time // jobs taken by a worker, with when
+	mu      sync.Mutex
+	cond    *sync.Cond
+	ready   []*job
+	backlog map[uuid.UUID][]*job
+	active  map[uuid.UUID]int
+	running map[uuid.UUID]map[*job]time.Time // jobs taken by a worker, with when
+	// hangs holds each hanging subscription's hang (see stuckFor).
+	hangs      map[uuid.UUID]hang
 	perSub     int
 	maxBacklog int
 	slowAfter  time.Duration
@@ -30,6 +32,7 @@ type scheduler struct {
 func newScheduler(perSub, maxBacklog int, slowAfter time.Duration, now func() time.Time) *scheduler {
 	s := &scheduler{
 		backlog: map[uuid.UUID][]*job{}, active: map[uuid.UUID]int{}, running: map[uuid.UUID]map[*job]time.Time{},
+		hangs:  map[uuid.UUID]hang{},
 		perSub: max(1, perSub), maxBacklog: maxBacklog, slowAfter: slowAfter, now: now,
 	}
 	s.cond = sync.NewCond(&s.mu)
@@ -108,20 +111,104 @@ func (s *scheduler) quick(key uuid.UUID) bool {
 	return !s.slow(key)
 }
 
+// hang is what the scheduler knows of a subscription's endpoint hanging:
+// since when (the start of the first request of it that took slowAfter or
+// more) and when that was last seen (a request running that long, or one
+// ending after that long without an answer).
+type hang struct{ since, seen time.Time }
+
+// staleHang is how long a hang is remembered without being seen again: a
+// subscription whose traffic stops and resumes later is measured afresh.
+const staleHang = 30 * time.Second
+
 // slow reports whether a running job of key started slowAfter ago or more;
 // with slowAfter 0 every subscription counts as slow (a full backlog alone
-// defers).
+// defers). It records the hang (see stuckFor). Called with mu held.
 func (s *scheduler) slow(key uuid.UUID) bool {
 	if s.slowAfter <= 0 {
 		return true
 	}
 	now := s.now()
+	var oldest time.Time
 	for _, started := range s.running[key] {
-		if now.Sub(started) >= s.slowAfter {
-			return true
+		if now.Sub(started) >= s.slowAfter && (oldest.IsZero() || started.Before(oldest)) {
+			oldest = started
 		}
 	}
-	return false
+	h, ok := s.hangs[key]
+	if ok && now.Sub(h.seen) > staleHang {
+		delete(s.hangs, key)
+		h, ok = hang{}, false
+	}
+	if oldest.IsZero() {
+		return false
+	}
+	if !ok {
+		s.forgetHangs(now)
+		h.since = oldest
+	}
+	h.since = minTime(h.since, oldest)
+	h.seen = now
+	s.hangs[key] = h
+	return true
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// stuckFor is how long key's endpoint has been hanging: since the start of
+// the first request of it that took slowAfter or more, as long as no
+// request of it has ended quickly or been answered since (requestEnded)
+// and the hang was seen within staleHang (0 if none is known). Requests
+// that time out one after another keep it growing.
+func (s *scheduler) stuckFor(key uuid.UUID) time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.slow(key)
+	h, ok := s.hangs[key]
+	if !ok {
+		return 0
+	}
+	return max(0, s.now().Sub(h.since))
+}
+
+// requestEnded records how a request of key that started at started ended:
+// hanging (it took slowAfter or more and got no answer, or a 5xx that a
+// proxy may have sent after its own timeout) starts or extends the hang;
+// any other end (a quick one, a quick failure too, or a slow answer: the
+// endpoint is slow then, not hanging) ends it.
+func (s *scheduler) requestEnded(key uuid.UUID, started time.Time, hanging bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !hanging {
+		delete(s.hangs, key)
+		return
+	}
+	now := s.now()
+	h, ok := s.hangs[key]
+	if !ok || now.Sub(h.seen) > staleHang {
+		s.forgetHangs(now)
+		h.since = started
+	}
+	h.since, h.seen = minTime(h.since, started), now
+	s.hangs[key] = h
+}
+
+// forgetHangs drops, once 1024 subscriptions are remembered as hanging,
+// those not seen hanging within staleHang. Called with mu held.
+func (s *scheduler) forgetHangs(now time.Time) {
+	if len(s.hangs) < 1024 {
+		return
+	}
+	for key, h := range s.hangs {
+		if now.Sub(h.seen) > staleHang {
+			delete(s.hangs, key)
+		}
+	}
 }
 
 // done frees j's slot and promotes the next job of its subscription. The

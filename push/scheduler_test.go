@@ -398,3 +398,92 @@ func TestSchedulerDoneTwice(t *testing.T) {
 		t.Fatalf("%d jobs ready with 1 slot and b running, want 0", ready)
 	}
 }
+
+// TestSchedulerStuckFor: a subscription's hang is measured from the start of
+// its first request that took slowAfter or more, keeps growing while its
+// requests time out one after another, and ends with a request that ends
+// otherwise, or once it has not been seen for staleHang.
+func TestSchedulerStuckFor(t *testing.T) {
+	t.Parallel()
+	now := time.Unix(1000, 0)
+	clock := func() time.Time { return now }
+	s := newScheduler(1, 10, time.Second, clock)
+	key, other := uuid.New(), uuid.New()
+	jobs := func(n int) []*job {
+		out := make([]*job, n)
+		for i := range out {
+			out[i] = &job{key: key}
+			s.add(out[i])
+		}
+		return out
+	}
+	take := func(want *job) {
+		t.Helper()
+		if got := s.take(); got != want {
+			t.Fatalf("took %v, want %v", got, want)
+		}
+	}
+	stuck := func(want time.Duration, why string) {
+		t.Helper()
+		if d := s.stuckFor(key); d != want {
+			t.Fatalf("stuck for %s, want %s: %s", d, want, why)
+		}
+	}
+	js := jobs(3)
+	a, b, c := js[0], js[1], js[2]
+	take(a)
+	now = now.Add(500 * time.Millisecond)
+	stuck(0, "its request has run 500 ms of the 1 s that make it slow")
+	now = now.Add(time.Second)
+	stuck(1500*time.Millisecond, "since a started")
+	if d := s.stuckFor(other); d != 0 {
+		t.Fatalf("another subscription stuck for %s", d)
+	}
+	now = now.Add(3 * time.Second) // a times out after 4.5 s; b starts
+	s.done(a)
+	s.requestEnded(key, now.Add(-4500*time.Millisecond), true)
+	take(b)
+	stuck(4500*time.Millisecond, "a timed out and b started: the hang goes on")
+	now = now.Add(5 * time.Second) // b hangs too
+	stuck(9500*time.Millisecond, "b hangs")
+	s.done(b)
+	take(c)
+	now = now.Add(100 * time.Millisecond) // c is answered, or fails, quickly
+	s.done(c)
+	stuck(9600*time.Millisecond, "done alone (no request may have been made) ends nothing")
+	s.requestEnded(key, now.Add(-100*time.Millisecond), false)
+	stuck(0, "a request ended without hanging")
+
+	// A slow answer ends a hang too: the endpoint is slow, not hanging.
+	js = jobs(2)
+	take(js[0])
+	now = now.Add(2 * time.Second)
+	stuck(2*time.Second, "since the request started")
+	s.done(js[0])
+	s.requestEnded(key, now.Add(-2*time.Second), false)
+	take(js[1])
+	stuck(0, "the last request was answered (slowly)")
+
+	// A hang not seen for staleHang is forgotten: the traffic stopped.
+	now = now.Add(2 * time.Second) // js[1] hangs
+	stuck(2*time.Second, "js[1] hangs")
+	s.done(js[1])
+	s.requestEnded(key, now.Add(-2*time.Second), true)
+	now = now.Add(staleHang + time.Second)
+	e := jobs(1)[0]
+	take(e)
+	now = now.Add(time.Second)
+	stuck(time.Second, "the earlier hang was last seen more than staleHang ago; e has hung 1 s")
+
+	// A hang noticed only when its request ends (nothing asked while it
+	// ran) counts from that request's start.
+	s.done(e)
+	s.requestEnded(key, now.Add(-10*time.Second), true)
+	if d := s.stuckFor(key); d != 10*time.Second {
+		t.Fatalf("stuck for %s, want 10s: a request that began 10 s ago just timed out", d)
+	}
+	s.requestEnded(other, now.Add(-3*time.Second), true)
+	if d := s.stuckFor(other); d != 3*time.Second {
+		t.Fatalf("another subscription stuck for %s, want 3s (its first request timed out after 3 s)", d)
+	}
+}
