@@ -288,6 +288,7 @@ type cpuCost struct {
 	roles   []roleCost    // in the order given to spent, then "other"
 	busy    float64       // share of the machine's CPU time that was busy
 	window  time.Duration // between the samples
+	unread  []string      // roles asked for but missing from a sample: in "other"
 }
 
 type roleCost struct {
@@ -309,6 +310,7 @@ func spent(before, after cpuSample, units int, roles [][2]string) cpuCost {
 		a, ok1 := after.roles[r[0]]
 		b, ok2 := before.roles[r[0]]
 		if !ok1 || !ok2 {
+			c.unread = append(c.unread, r[1])
 			continue
 		}
 		c.roles = append(c.roles, roleCost{label: r[1], per1000: per(a - b)})
@@ -321,13 +323,19 @@ func spent(before, after cpuSample, units int, roles [][2]string) cpuCost {
 }
 
 // note shows the split, e.g. "broker 0.100, dispatcher 0.110, … CPU s;
-// machine 95 % busy over 3.2 s".
+// machine 95 % busy over 3.2 s", naming the roles that could not be read
+// (their CPU is in "other").
 func (c cpuCost) note() string {
 	parts := make([]string, len(c.roles))
 	for i, r := range c.roles {
 		parts[i] = fmt.Sprintf("%s %.3f", r.label, r.per1000)
 	}
-	return fmt.Sprintf("%s CPU s; machine %.0f %% busy over %.1f s", strings.Join(parts, ", "), c.busy*100, c.window.Seconds())
+	unread := ""
+	if len(c.unread) > 0 {
+		// Not "PostgreSQL " with a space: TestSmoke looks for that.
+		unread = "; not read (in other): " + strings.Join(c.unread, ", ")
+	}
+	return fmt.Sprintf("%s CPU s%s; machine %.0f %% busy over %.1f s", strings.Join(parts, ", "), unread, c.busy*100, c.window.Seconds())
 }
 
 // needs says how much of the machine keeping up with rate units per second

@@ -121,9 +121,9 @@ func TestSpent(t *testing.T) {
 	if c.busy != 0.75 {
 		t.Errorf("busy = %v, want 0.75", c.busy)
 	}
-	want := "broker 0.600, dispatcher 0.500, msgbench (sink) 0.150, other 0.250 CPU s; machine 75 % busy over 2.0 s"
+	want := "broker 0.600, dispatcher 0.500, msgbench (sink) 0.150, other 0.250 CPU s; not read (in other): PostgreSQL; machine 75 % busy over 2.0 s"
 	if got := c.note(); got != want {
-		t.Errorf("note = %q\n want %q (a role not sampled is left out; other is the rest)", got, want)
+		t.Errorf("note = %q\n want %q (a role not sampled is named and left in other, the rest)", got, want)
 	}
 	if got := c.needs(4000); !strings.HasPrefix(got, "4000/s at this cost needs 6.00 of ") {
 		t.Errorf("needs = %q", got)
