@@ -286,10 +286,10 @@ func TestSlowDelay(t *testing.T) {
 }
 
 // deferrals runs a small-window dispatcher (smallWindowDispatcher) for one
-// subscription whose endpoint is handler; first messages are sent, then,
-// after pause, second more; it returns the settlements of the n deferred
-// copies that follow.
-func deferrals(t *testing.T, handler http.HandlerFunc, first int, pause time.Duration, second, n int) (*Dispatcher, uuid.UUID, []Settlement) {
+// subscription whose endpoint is handler, with requests timing out after
+// timeout; first messages are sent, then, after pause, second more; it
+// returns the settlements of the n deferrals that follow.
+func deferrals(t *testing.T, handler http.HandlerFunc, timeout time.Duration, first int, pause time.Duration, second, n int) (*Dispatcher, uuid.UUID, []Settlement) {
 	t.Helper()
 	endpoint := httptest.NewServer(handler)
 	t.Cleanup(endpoint.Close)
@@ -297,6 +297,7 @@ func deferrals(t *testing.T, handler http.HandlerFunc, first int, pause time.Dur
 	log := &settleRecorder{}
 	dir := &twoSubs{subs: map[uuid.UUID]subscriptions.Subscription{sub.ID: sub}, out: map[publish.Status]int{}}
 	d, send := smallWindowDispatcher(t, dir, log)
+	d.client = NewHTTPClient(timeout, loopbackAllowed())
 	runDispatcher(t, d)
 	for range first {
 		send(sub.ID)
@@ -310,7 +311,7 @@ func deferrals(t *testing.T, handler http.HandlerFunc, first int, pause time.Dur
 		settled, _ := log.snapshot()
 		copies = copies[:0]
 		for _, s := range settled {
-			if s.Resend != nil {
+			if s.Attempt.Status == StatusDeferred {
 				copies = append(copies, s)
 			}
 		}
@@ -333,7 +334,7 @@ func TestDeferralsStretchWithTheHang(t *testing.T) {
 		case <-r.Context().Done():
 		case <-time.After(10 * time.Second): // should the test fail before it releases them
 		}
-	}, 4, hung, 3, 3)
+	}, 10*time.Second, 4, hung, 3, 3)
 	t.Cleanup(func() { close(release) }) // before the endpoint closes: it waits for its requests
 	// The hang is timed from the first request's start, a little after the
 	// first send.
@@ -358,10 +359,51 @@ func TestSlowAnswersDoNotStretchDeferrals(t *testing.T) {
 		case <-time.After(1500 * time.Millisecond):
 		case <-r.Context().Done():
 		}
-	}, 4, 2200*time.Millisecond, 4, 2)
+	}, 10*time.Second, 4, 2200*time.Millisecond, 4, 2)
 	for _, st := range copies {
 		if c := st.Resend; c.ScheduledDelay != d.cfg.DeferDelay {
 			t.Errorf("deferred for %s; want %s: the endpoint answers (slowly), it does not hang", c.ScheduledDelay, d.cfg.DeferDelay)
 		}
+	}
+}
+
+// TestTimeoutsStretchDeferrals: requests that time out, or get a 5xx after
+// as long (a proxy's own timeout), show the endpoint hanging: messages
+// deferred later wait about as long as it has hung, measured from the first
+// such request, although nothing looked at it while that one ran.
+func TestTimeoutsStretchDeferrals(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration
+		answer  int // 0: hang until the request times out
+	}{
+		{"timeouts", 1500 * time.Millisecond, 0},
+		{"slow 504s", 10 * time.Second, http.StatusGatewayTimeout},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			// 2 requests end after 1.5 s, hanging, then the 2 in the backlog
+			// run; 2.2 s in, 2 more wait and 2 are deferred: stretched to
+			// 2.2 s, where the requests running then started 0.7 s before.
+			d, _, copies := deferrals(t, func(w http.ResponseWriter, r *http.Request) {
+				hold := 1500 * time.Millisecond
+				if tc.answer == 0 {
+					hold = 5 * time.Second // the client gives up after tc.timeout
+				}
+				select {
+				case <-time.After(hold):
+					if tc.answer != 0 {
+						w.WriteHeader(tc.answer)
+					}
+				case <-r.Context().Done():
+				}
+			}, tc.timeout, 4, 2200*time.Millisecond, 4, 2)
+			for _, st := range copies {
+				if c := st.Resend; c.ScheduledDelay < 1900*time.Millisecond || c.ScheduledDelay > d.parkedDelay() {
+					t.Errorf("deferred for %s; want about 2.2s: the endpoint has hung since its first request", c.ScheduledDelay)
+				}
+			}
+		})
 	}
 }

@@ -320,7 +320,7 @@ read:
 		case <-changed:
 		case <-shed:
 			for _, j := range sched.shed() {
-				p.deferSlow(workCtx, j, sched.stuckFor(j.key))
+				p.deferSlow(workCtx, sched, j)
 			}
 		case d, ok := <-in:
 			if !ok {
@@ -359,14 +359,15 @@ func (p *Dispatcher) accept(ctx context.Context, sched *scheduler, d *broker.Del
 	}
 	j := &job{key: subID, d: d}
 	if !sched.add(j) {
-		p.deferSlow(ctx, j, sched.stuckFor(j.key))
+		p.deferSlow(ctx, sched, j)
 	}
 }
 
 // deferSlow re-queues a message of a slow subscription for later, without
-// an attempt; stuck is how long the subscription's endpoint has been hanging
-// (scheduler.stuckFor).
-func (p *Dispatcher) deferSlow(ctx context.Context, j *job, stuck time.Duration) {
+// an attempt, for as long as slowDelay says given how long the
+// subscription's endpoint has been hanging (scheduler.stuckFor).
+func (p *Dispatcher) deferSlow(ctx context.Context, sched *scheduler, j *job) {
+	stuck := sched.stuckFor(j.key)
 	d := j.d
 	held, _ := strconv.Atoi(d.Headers[publish.HeaderHeld])
 	var expiresIn time.Duration
@@ -374,6 +375,7 @@ func (p *Dispatcher) deferSlow(ctx context.Context, j *job, stuck time.Duration)
 		expiresIn = max(time.Nanosecond, exp.Sub(p.now()))
 	}
 	delay := p.slowDelay(held, stuck, expiresIn)
+	sched.deferredFor(j.key, delay)
 	go p.retryUntilDone(ctx, j, func(context.Context) (decision, error) {
 		return p.requeue(j, delay, "deferred: the subscription is slow and has too many messages in flight", deferSlow), nil
 	})
@@ -419,7 +421,7 @@ func (p *Dispatcher) handle(ctx context.Context, sched *scheduler, j *job) {
 			sched.done(j)
 			if a := dec.s.Attempt; a.StatusCode != 0 || a.Latency > 0 {
 				// A request was made: did it hang (see scheduler.stuckFor)?
-				sched.requestEnded(j.key, p.now().Add(-a.Latency), p.cfg.SlowAfter > 0 && a.Latency >= p.cfg.SlowAfter && (a.StatusCode == 0 || a.StatusCode >= 500))
+				sched.requestEnded(j.key, a.Latency, p.cfg.SlowAfter > 0 && a.Latency >= p.cfg.SlowAfter && (a.StatusCode == 0 || a.StatusCode >= 500))
 			}
 			if dec.outcome == OutcomeDelivered {
 				p.releaseParked(ctx, sched, j, dec.s.Attempt.Latency)

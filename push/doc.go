@@ -45,7 +45,7 @@
 //     the broker's scheduler instead, for at least as long as the endpoint
 //     has been hanging (up to 5 min), so that the outbox holds only a few
 //     seconds' worth of a hanging endpoint's messages and a long hang does
-//     not cycle its backlog through the dispatcher every few seconds.
+//     not cycle its backlog through the dispatcher every minute.
 //   - A database outage is not a delivery failure: while the database does
 //     not answer the dispatcher reads no message and starts no request (the
 //     broker keeps them, unacked); a request already made keeps its outcome

@@ -113,12 +113,14 @@ func (s *scheduler) quick(key uuid.UUID) bool {
 
 // hang is what the scheduler knows of a subscription's endpoint hanging:
 // since when (the start of the first request of it that took slowAfter or
-// more) and when that was last seen (a request running that long, or one
-// ending after that long without an answer).
+// more) and until when it was seen going on (a request running that long,
+// one ending after that long without an answer, or the end of a deferral
+// handed out for it: see deferredUntil).
 type hang struct{ since, seen time.Time }
 
-// staleHang is how long a hang is remembered without being seen again: a
-// subscription whose traffic stops and resumes later is measured afresh.
+// staleHang is how long a hang is remembered when nothing shows it going
+// on: a subscription whose hanging request starts more than this after the
+// hang was last seen is measured afresh.
 const staleHang = 30 * time.Second
 
 // slow reports whether a running job of key started slowAfter ago or more;
@@ -135,22 +137,33 @@ func (s *scheduler) slow(key uuid.UUID) bool {
 			oldest = started
 		}
 	}
-	h, ok := s.hangs[key]
-	if ok && now.Sub(h.seen) > staleHang {
-		delete(s.hangs, key)
-		h, ok = hang{}, false
-	}
 	if oldest.IsZero() {
+		// Nothing hangs now; a hang not seen for staleHang is over.
+		if h, ok := s.hangs[key]; ok && now.Sub(h.seen) > staleHang {
+			delete(s.hangs, key)
+		}
 		return false
 	}
-	if !ok {
-		s.forgetHangs(now)
-		h.since = oldest
-	}
-	h.since = minTime(h.since, oldest)
-	h.seen = now
-	s.hangs[key] = h
+	s.extend(key, oldest, now)
 	return true
+}
+
+// extend records that a request of key that started at started was seen
+// hanging at now: it goes on with key's hang unless it started more than
+// staleHang after that was last seen. Called with mu held.
+func (s *scheduler) extend(key uuid.UUID, started, now time.Time) {
+	h, ok := s.hangs[key]
+	if !ok || started.Sub(h.seen) > staleHang {
+		if !ok {
+			s.forgetHangs(now)
+		}
+		h = hang{since: started}
+	}
+	h.since = minTime(h.since, started)
+	if now.After(h.seen) {
+		h.seen = now
+	}
+	s.hangs[key] = h
 }
 
 func minTime(a, b time.Time) time.Time {
@@ -163,8 +176,9 @@ func minTime(a, b time.Time) time.Time {
 // stuckFor is how long key's endpoint has been hanging: since the start of
 // the first request of it that took slowAfter or more, as long as no
 // request of it has ended quickly or been answered since (requestEnded)
-// and the hang was seen within staleHang (0 if none is known). Requests
-// that time out one after another keep it growing.
+// and each hanging request started within staleHang of the hang last being
+// seen (0 if none is known). Requests that time out one after another keep
+// it growing.
 func (s *scheduler) stuckFor(key uuid.UUID) time.Duration {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -176,12 +190,12 @@ func (s *scheduler) stuckFor(key uuid.UUID) time.Duration {
 	return max(0, s.now().Sub(h.since))
 }
 
-// requestEnded records how a request of key that started at started ended:
+// requestEnded records how a request of key that took latency ended:
 // hanging (it took slowAfter or more and got no answer, or a 5xx that a
 // proxy may have sent after its own timeout) starts or extends the hang;
 // any other end (a quick one, a quick failure too, or a slow answer: the
 // endpoint is slow then, not hanging) ends it.
-func (s *scheduler) requestEnded(key uuid.UUID, started time.Time, hanging bool) {
+func (s *scheduler) requestEnded(key uuid.UUID, latency time.Duration, hanging bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !hanging {
@@ -189,17 +203,27 @@ func (s *scheduler) requestEnded(key uuid.UUID, started time.Time, hanging bool)
 		return
 	}
 	now := s.now()
-	h, ok := s.hangs[key]
-	if !ok || now.Sub(h.seen) > staleHang {
-		s.forgetHangs(now)
-		h.since = started
+	s.extend(key, now.Add(-latency), now)
+}
+
+// deferredFor records that a message of key was deferred, for its hang,
+// for delay: the hang counts as going on until the copy comes back, so that
+// it finds the hang still measured, however quiet the subscription is
+// meanwhile.
+func (s *scheduler) deferredFor(key uuid.UUID, delay time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if h, ok := s.hangs[key]; ok {
+		if until := s.now().Add(delay); until.After(h.seen) {
+			h.seen = until
+			s.hangs[key] = h
+		}
 	}
-	h.since, h.seen = minTime(h.since, started), now
-	s.hangs[key] = h
 }
 
 // forgetHangs drops, once 1024 subscriptions are remembered as hanging,
-// those not seen hanging within staleHang. Called with mu held.
+// those not seen hanging within staleHang. Called with mu held, when a
+// hang is added.
 func (s *scheduler) forgetHangs(now time.Time) {
 	if len(s.hangs) < 1024 {
 		return

@@ -401,8 +401,10 @@ func TestSchedulerDoneTwice(t *testing.T) {
 
 // TestSchedulerStuckFor: a subscription's hang is measured from the start of
 // its first request that took slowAfter or more, keeps growing while its
-// requests time out one after another, and ends with a request that ends
-// otherwise, or once it has not been seen for staleHang.
+// requests time out one after another (however long each takes), and ends
+// with a request that ends otherwise, or once a hanging request starts more
+// than staleHang after the hang was last seen going on (a deferral handed
+// out for it counts until the copy comes back).
 func TestSchedulerStuckFor(t *testing.T) {
 	t.Parallel()
 	now := time.Unix(1000, 0)
@@ -423,7 +425,7 @@ func TestSchedulerStuckFor(t *testing.T) {
 			t.Fatalf("took %v, want %v", got, want)
 		}
 	}
-	stuck := func(want time.Duration, why string) {
+	stuck := func(key uuid.UUID, want time.Duration, why string) {
 		t.Helper()
 		if d := s.stuckFor(key); d != want {
 			t.Fatalf("stuck for %s, want %s: %s", d, want, why)
@@ -433,57 +435,71 @@ func TestSchedulerStuckFor(t *testing.T) {
 	a, b, c := js[0], js[1], js[2]
 	take(a)
 	now = now.Add(500 * time.Millisecond)
-	stuck(0, "its request has run 500 ms of the 1 s that make it slow")
+	stuck(key, 0, "its request has run 500 ms of the 1 s that make it slow")
 	now = now.Add(time.Second)
-	stuck(1500*time.Millisecond, "since a started")
-	if d := s.stuckFor(other); d != 0 {
-		t.Fatalf("another subscription stuck for %s", d)
-	}
+	stuck(key, 1500*time.Millisecond, "since a started")
+	stuck(other, 0, "another subscription")
 	now = now.Add(3 * time.Second) // a times out after 4.5 s; b starts
 	s.done(a)
-	s.requestEnded(key, now.Add(-4500*time.Millisecond), true)
+	s.requestEnded(key, 4500*time.Millisecond, true)
 	take(b)
-	stuck(4500*time.Millisecond, "a timed out and b started: the hang goes on")
+	stuck(key, 4500*time.Millisecond, "a timed out and b started: the hang goes on")
 	now = now.Add(5 * time.Second) // b hangs too
-	stuck(9500*time.Millisecond, "b hangs")
+	stuck(key, 9500*time.Millisecond, "b hangs")
 	s.done(b)
 	take(c)
 	now = now.Add(100 * time.Millisecond) // c is answered, or fails, quickly
 	s.done(c)
-	stuck(9600*time.Millisecond, "done alone (no request may have been made) ends nothing")
-	s.requestEnded(key, now.Add(-100*time.Millisecond), false)
-	stuck(0, "a request ended without hanging")
+	stuck(key, 9600*time.Millisecond, "done alone (no request may have been made) ends nothing")
+	s.requestEnded(key, 100*time.Millisecond, false)
+	stuck(key, 0, "a request ended without hanging")
 
 	// A slow answer ends a hang too: the endpoint is slow, not hanging.
 	js = jobs(2)
 	take(js[0])
 	now = now.Add(2 * time.Second)
-	stuck(2*time.Second, "since the request started")
+	stuck(key, 2*time.Second, "since the request started")
 	s.done(js[0])
-	s.requestEnded(key, now.Add(-2*time.Second), false)
+	s.requestEnded(key, 2*time.Second, false)
 	take(js[1])
-	stuck(0, "the last request was answered (slowly)")
+	stuck(key, 0, "the last request was answered (slowly)")
 
-	// A hang not seen for staleHang is forgotten: the traffic stopped.
+	// A hang not seen going on for staleHang is over: the traffic stopped.
 	now = now.Add(2 * time.Second) // js[1] hangs
-	stuck(2*time.Second, "js[1] hangs")
+	stuck(key, 2*time.Second, "js[1] hangs")
 	s.done(js[1])
-	s.requestEnded(key, now.Add(-2*time.Second), true)
+	s.requestEnded(key, 2*time.Second, true)
 	now = now.Add(staleHang + time.Second)
+	stuck(key, 0, "nothing seen hanging for more than staleHang")
 	e := jobs(1)[0]
 	take(e)
 	now = now.Add(time.Second)
-	stuck(time.Second, "the earlier hang was last seen more than staleHang ago; e has hung 1 s")
+	stuck(key, time.Second, "the earlier hang is over; e has hung 1 s")
+
+	// Requests that each hang longer than staleHang, one after another,
+	// make one hang.
+	s.done(e)
+	s.requestEnded(key, time.Second, true)
+	for range 3 {
+		j := jobs(1)[0]
+		take(j)
+		now = now.Add(time.Minute)
+		s.done(j)
+		s.requestEnded(key, time.Minute, true)
+	}
+	stuck(key, 3*time.Minute+time.Second, "three requests timed out after a minute each, after e")
+
+	// A deferral for the hang keeps it going on until the copy comes back,
+	// with nothing else seen meanwhile.
+	s.deferredFor(key, 2*time.Minute)
+	now = now.Add(90 * time.Second)
+	f := jobs(1)[0]
+	take(f)
+	now = now.Add(time.Second)
+	stuck(key, 3*time.Minute+time.Second+91*time.Second, "a copy deferred for 2 min came back 90 s later and hangs")
 
 	// A hang noticed only when its request ends (nothing asked while it
 	// ran) counts from that request's start.
-	s.done(e)
-	s.requestEnded(key, now.Add(-10*time.Second), true)
-	if d := s.stuckFor(key); d != 10*time.Second {
-		t.Fatalf("stuck for %s, want 10s: a request that began 10 s ago just timed out", d)
-	}
-	s.requestEnded(other, now.Add(-3*time.Second), true)
-	if d := s.stuckFor(other); d != 3*time.Second {
-		t.Fatalf("another subscription stuck for %s, want 3s (its first request timed out after 3 s)", d)
-	}
+	s.requestEnded(other, 3*time.Second, true)
+	stuck(other, 3*time.Second, "its first request timed out after 3 s")
 }
