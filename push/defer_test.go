@@ -291,7 +291,12 @@ func TestSlowDelay(t *testing.T) {
 // returns the settlements of the n deferrals that follow.
 func deferrals(t *testing.T, handler http.HandlerFunc, timeout time.Duration, first int, pause time.Duration, second, n int) (*Dispatcher, uuid.UUID, []Settlement) {
 	t.Helper()
-	endpoint := httptest.NewServer(handler)
+	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// Read to the end: only then does the server notice a client that
+		// gives up, and cancel r's context.
+		_, _ = io.Copy(io.Discard, r.Body)
+		handler(w, r)
+	}))
 	t.Cleanup(endpoint.Close)
 	sub := subscriptions.Subscription{ID: uuid.New(), Type: subscriptions.TypePush, PushURL: endpoint.URL, Status: subscriptions.StatusActive}
 	log := &settleRecorder{}
