@@ -371,7 +371,7 @@ func (p *Dispatcher) deferSlow(ctx context.Context, sched *scheduler, j *job) {
 	d := j.d
 	held, _ := strconv.Atoi(d.Headers[publish.HeaderHeld])
 	var expiresIn time.Duration
-	if exp := EventOf(d).ExpiresAt; !exp.IsZero() {
+	if exp := expiresAt(d); !exp.IsZero() {
 		expiresIn = max(time.Nanosecond, exp.Sub(p.now()))
 	}
 	delay := p.slowDelay(held, stuck, expiresIn)
@@ -682,14 +682,23 @@ func (p *Dispatcher) request(sub subscriptions.Subscription, ev publish.Event, d
 	return Request{URL: sub.PushURL, Body: d.Body, Headers: h}
 }
 
+// expiresAt is when the event a delivery carries expires (zero: never): the
+// broker's expiry, else the service's header.
+func expiresAt(d *broker.Delivery) time.Time {
+	if !d.Expires.IsZero() {
+		return d.Expires
+	}
+	if ms, err := strconv.ParseInt(d.Headers[publish.HeaderExpiresAt], 10, 64); err == nil {
+		return time.UnixMilli(ms).UTC()
+	}
+	return time.Time{}
+}
+
 // EventOf rebuilds the event a delivery carries from its headers and body.
 func EventOf(d *broker.Delivery) publish.Event {
 	ev := publish.Event{
 		CorrelationID: d.CorrelationID, EventType: d.Headers[publish.HeaderEventType],
-		Payload: json.RawMessage(d.Body), ExpiresAt: d.Expires, Attributes: map[string]string{},
-	}
-	if ms, err := strconv.ParseInt(d.Headers[publish.HeaderExpiresAt], 10, 64); err == nil && ev.ExpiresAt.IsZero() {
-		ev.ExpiresAt = time.UnixMilli(ms).UTC()
+		Payload: json.RawMessage(d.Body), ExpiresAt: expiresAt(d), Attributes: map[string]string{},
 	}
 	// uuid.Parse returns a half-filled id with its error: keep uuid.Nil.
 	if id, err := uuid.Parse(d.Headers[publish.HeaderEventID]); err == nil {
