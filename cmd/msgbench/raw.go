@@ -72,7 +72,7 @@ func (b *bench) baseline(ctx context.Context) (baselineResult, error) {
 	if err != nil {
 		return res, err
 	}
-	sent, elapsed, err := rawSend(ctx, b.raw, dest, relayConcurrency, b.cfg.duration)
+	sent, elapsed, err := rawSend(ctx, b.raw, dest, relayConcurrency, b.cfg.duration, 0)
 	if err != nil {
 		return res, err
 	}
@@ -110,6 +110,10 @@ func (b *bench) baseline(ctx context.Context) (baselineResult, error) {
 	b.rep.add(Figure{Key: "cpu.consume", Group: "8 resources", Name: "machine CPU per 1000 raw consume + acks",
 		Value: cost.per1000, Unit: "CPU s", Note: cost.note()})
 
+	if err := b.pushCeiling(ctx, res); err != nil {
+		return res, fmt.Errorf("push ceiling: %w", err)
+	}
+
 	lateness, err := rawScheduled(ctx, b.raw, b.queue("raw-sched"), b.cfg.retryDelays, b.cfg.retries)
 	b.queues = append(b.queues, b.queue("raw-sched"))
 	if err != nil {
@@ -123,9 +127,10 @@ func (b *bench) baseline(ctx context.Context) (baselineResult, error) {
 	return res, nil
 }
 
-// rawSend sends from workers goroutines until d has passed and returns how
-// many the broker confirmed and how long it took.
-func rawSend(ctx context.Context, b broker.Broker, dest broker.Destination, workers int, d time.Duration) (int, time.Duration, error) {
+// rawSend sends from workers goroutines until d has passed, or limit
+// messages were sent (0: no limit), and returns how many the broker
+// confirmed and how long it took.
+func rawSend(ctx context.Context, b broker.Broker, dest broker.Destination, workers int, d time.Duration, limit int) (int, time.Duration, error) {
 	var (
 		seq, ok  atomic.Int64
 		mu       sync.Mutex
@@ -137,7 +142,11 @@ func rawSend(ctx context.Context, b broker.Broker, dest broker.Destination, work
 	for range workers {
 		wg.Go(func() {
 			for time.Now().Before(until) && ctx.Err() == nil {
-				msg := rawMessage(dest, int(seq.Add(1)), time.Now())
+				k := int(seq.Add(1))
+				if limit > 0 && k > limit {
+					return
+				}
+				msg := rawMessage(dest, k, time.Now())
 				sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 				err := b.Send(sctx, msg)
 				cancel()
