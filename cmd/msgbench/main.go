@@ -7,7 +7,8 @@
 //
 // Every figure and how it is measured:
 //
-//  1. baseline: durable sends with receipts per second at the relay's
+//  1. baseline (after raw sends and consumes until their rates are steady,
+//     since a broker on a JVM runs its first messages interpreted): durable sends with receipts per second at the relay's
 //     concurrency (publish.DefaultRelayConfig.Concurrency over the broker URL's
 //     senders); consume + individual ack per second at the dispatcher's prefetch;
 //     the broker's own lateness on scheduled (AMQ_SCHEDULED_DELAY) messages.
@@ -76,6 +77,7 @@ type config struct {
 	embedded    bool
 	jsonPath    string
 	duration    time.Duration
+	warmup      time.Duration
 	concurrency int
 	messages    int
 	pullers     int
@@ -105,6 +107,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&cfg.embedded, "embedded", false, "use the embedded broker and an SQLite file instead of -broker and -db")
 	fs.StringVar(&cfg.jsonPath, "json", "bench.json", "write the report as JSON to this file (empty: do not)")
 	fs.DurationVar(&cfg.duration, "duration", 10*time.Second, "length of each timed phase (raw sends, each publish mode, each latency run)")
+	fs.DurationVar(&cfg.warmup, "warmup", 40*time.Second, "at most this long of raw sends and consumes before the baseline, in 2 s rounds until two agree within 15 % (a broker on a JVM starts slow; 0: none)")
 	fs.IntVar(&cfg.concurrency, "concurrency", 16, "concurrent HTTP publishers")
 	fs.IntVar(&cfg.messages, "messages", 5000, "messages preloaded for the push, end-to-end, isolation and pull phases")
 	fs.IntVar(&cfg.pullers, "pullers", 4, "concurrent pull+ack clients")
@@ -158,6 +161,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	switch {
 	case cfg.duration < 100*time.Millisecond:
 		return cfg, errors.New("-duration must be at least 100ms")
+	case cfg.warmup < 0 || cfg.warmup > time.Minute:
+		return cfg, errors.New("-warmup must be from 0 to 1m")
 	case cfg.concurrency < 1 || cfg.concurrency > 512:
 		return cfg, errors.New("-concurrency must be from 1 to 512")
 	case cfg.messages < 10 || cfg.messages > 1_000_000:

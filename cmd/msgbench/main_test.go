@@ -25,7 +25,7 @@ func TestSmoke(t *testing.T) {
 	}
 	jsonPath := filepath.Join(t.TempDir(), "bench.json")
 	args := []string{
-		"-json", jsonPath, "-duration", "1s", "-messages", "200", "-pullers", "2", "-concurrency", "4",
+		"-json", jsonPath, "-duration", "1s", "-warmup", "2s", "-messages", "200", "-pullers", "2", "-concurrency", "4",
 		"-retries", "2", "-retry-delays", "1s,2s", "-push-timeout", "1s", "-hang-share", "0.1", "-timeout", "8m",
 		"-latency-rates", "50", "-publish-sends", "2000",
 	}
@@ -218,5 +218,20 @@ func TestReadProcStats(t *testing.T) {
 	}
 	if st.hwm <= 0 || st.rss <= 0 || st.hwm < st.rss {
 		t.Errorf("stats of this process: %+v", st)
+	}
+}
+
+func TestSteady(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		before, now float64
+		want        bool
+	}{
+		{1000, 1000, true}, {1000, 1140, true}, {1000, 870, true},
+		{1000, 1200, false}, {1000, 800, false}, {0, 1000, false}, {1000, 0, false},
+	} {
+		if got := steady(tt.before, tt.now); got != tt.want {
+			t.Errorf("steady(%v, %v) = %v, want %v", tt.before, tt.now, got, tt.want)
+		}
 	}
 }

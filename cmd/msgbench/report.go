@@ -77,7 +77,7 @@ func newReport(cfg config, brokerURL string) *Report {
 		Database: db,
 		Started:  time.Now().UTC().Truncate(time.Second),
 		Settings: map[string]any{
-			"duration": cfg.duration.String(), "concurrency": cfg.concurrency, "messages": cfg.messages,
+			"duration": cfg.duration.String(), "warmup": cfg.warmup.String(), "concurrency": cfg.concurrency, "messages": cfg.messages,
 			"pullers": cfg.pullers, "retriesPerDelay": cfg.retries, "retryDelays": delaysText(cfg.retryDelays),
 			"pushTimeout": cfg.pushTimeout.String(), "hangShare": cfg.hangShare,
 			"relayConcurrency": relayConcurrency, "dispatcherPrefetch": dispatcherPrefetch,
