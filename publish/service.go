@@ -76,6 +76,9 @@ type Service struct {
 	schemas   schemaCache
 	limits    Limits
 	obs       Observer
+	// group stores concurrent small publishes in one transaction (nil: the
+	// store cannot).
+	group *groupCommit
 }
 
 // Limits bound what a publisher may send.
@@ -93,7 +96,24 @@ func (s *Service) SetLimits(l Limits) { s.limits = l }
 
 // NewService wires a Service. PUSH copies go to pushQueue.
 func NewService(catalog Catalog, subs Subscribers, store Store, relay Notifier, pushQueue broker.Destination, now func() time.Time) *Service {
-	return &Service{catalog: catalog, subs: subs, store: store, relay: relay, pushQueue: pushQueue, now: now, obs: nopObserver{}}
+	s := &Service{catalog: catalog, subs: subs, store: store, relay: relay, pushQueue: pushQueue, now: now, obs: nopObserver{}}
+	if bs, ok := store.(BatchStore); ok {
+		s.group = &groupCommit{store: bs, single: func(ctx context.Context, b Batch) error {
+			return store.Publish(ctx, b.Events, b.Sends, b.Lease)
+		}}
+	}
+	return s
+}
+
+// save stores one publish: a small one (up to four events and four
+// destinations, as the common POST …/messages) shares a transaction with the
+// small publishes that arrive while the previous one is being written
+// (groupCommit).
+func (s *Service) save(ctx context.Context, events []Event, sends []Send, lease Lease) error {
+	if s.group != nil && len(events) <= groupMaxEvents && len(sends) <= groupMaxSends {
+		return s.group.publish(ctx, Batch{Events: events, Sends: sends, Lease: lease})
+	}
+	return s.store.Publish(ctx, events, sends, lease)
 }
 
 // Input is one event to publish.
@@ -197,7 +217,7 @@ func (s *Service) Publish(ctx context.Context, ref string, inputs []Input, idemp
 	if ok && len(sends) > 0 {
 		lease, handing = hand.Reserve(len(sends))
 	}
-	if err := s.store.Publish(ctx, events, sends, lease); err != nil {
+	if err := s.save(ctx, events, sends, lease); err != nil {
 		if handing {
 			hand.Unreserve(len(sends))
 		}

@@ -194,19 +194,40 @@ func (s *Events) tx(ctx context.Context) *gorm.DB { return s.db.gorm.WithContext
 
 // Publish implements publish.Store.
 func (s *Events) Publish(ctx context.Context, events []publish.Event, sends []publish.Send, lease publish.Lease) error {
-	if s.db.dialect == Postgres && len(sends) > 0 && len(events)*len(eventColumns)+len(sends)*(len(sendColumns)+len(outboxColumns)) <= maxOneStatementArgs {
-		sql, args := publishStatement(events, sends, lease)
+	return s.PublishAll(ctx, []publish.Batch{{Events: events, Sends: sends, Lease: lease}})
+}
+
+var _ publish.BatchStore = (*Events)(nil)
+
+// PublishAll implements publish.BatchStore: every batch's rows in one
+// transaction, in one statement on PostgreSQL when it fits.
+func (s *Events) PublishAll(ctx context.Context, batches []publish.Batch) error {
+	var events, sends, args int
+	for _, b := range batches {
+		events += len(b.Events)
+		sends += len(b.Sends)
+	}
+	args = events*len(eventColumns) + sends*(len(sendColumns)+len(outboxColumns))
+	if s.db.dialect == Postgres && sends > 0 && args <= maxOneStatementArgs {
+		sql, args := publishStatement(batches)
 		return translate(s.tx(ctx).Exec(sql, args...).Error, nil, publish.ErrDuplicateKey)
 	}
 	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
-		rows := make([]eventRow, len(events))
-		for i, e := range events {
-			rows[i] = toEventRow(e)
+		rows := make([]eventRow, 0, events)
+		for _, b := range batches {
+			for _, e := range b.Events {
+				rows = append(rows, toEventRow(e))
+			}
 		}
 		if err := tx.CreateInBatches(rows, 500).Error; err != nil {
 			return err
 		}
-		return insertSends(tx, sends, lease.Owner, lease.Until)
+		for _, b := range batches {
+			if err := insertSends(tx, b.Sends, b.Lease.Owner, b.Lease.Until); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 	return translate(err, nil, publish.ErrDuplicateKey)
 }
@@ -225,31 +246,45 @@ var (
 // (PostgreSQL allows 65535); a larger batch takes the transaction.
 const maxOneStatementArgs = 30000
 
-// publishStatement writes events, their sends and the outbox rows of the
-// pending ones in one PostgreSQL statement: one round trip instead of five
-// (BEGIN, three INSERTs, COMMIT), the same atomicity (a statement is its own
-// transaction; foreign keys are checked at its end).
-func publishStatement(events []publish.Event, sends []publish.Send, lease publish.Lease) (string, []any) {
+// publishStatement writes the batches' events, their sends and the outbox
+// rows of the pending ones (each leased as its batch says) in one
+// PostgreSQL statement: one round trip instead of five (BEGIN, three
+// INSERTs, COMMIT), the same atomicity (a statement is its own transaction;
+// foreign keys are checked at its end).
+func publishStatement(batches []publish.Batch) (string, []any) {
+	var events, sends int
+	for _, bt := range batches {
+		events += len(bt.Events)
+		sends += len(bt.Sends)
+	}
 	var b strings.Builder
-	args := make([]any, 0, len(events)*len(eventColumns)+len(sends)*(len(sendColumns)+len(outboxColumns)))
+	args := make([]any, 0, events*len(eventColumns)+sends*(len(sendColumns)+len(outboxColumns)))
 	values := func(n, cols int) { placeholders(&b, n, cols) }
 	b.WriteString("WITH e AS (INSERT INTO events (" + strings.Join(eventColumns, ", ") + ") VALUES ")
-	values(len(events), len(eventColumns))
-	for _, e := range events {
-		r := toEventRow(e)
-		args = append(args, r.ID, r.RoomID, r.RequestID, r.CorrelationID, r.EventTypeID, r.EventType, r.Version,
-			r.Payload, r.Attributes, r.IdempotencyKey, r.RequestHash, r.Destinations, r.PublishedAt.UTC(), r.ExpiresAt,
-			r.Traceparent, r.Tracestate)
+	values(events, len(eventColumns))
+	for _, bt := range batches {
+		for _, e := range bt.Events {
+			r := toEventRow(e)
+			args = append(args, r.ID, r.RoomID, r.RequestID, r.CorrelationID, r.EventTypeID, r.EventType, r.Version,
+				r.Payload, r.Attributes, r.IdempotencyKey, r.RequestHash, r.Destinations, r.PublishedAt.UTC(), r.ExpiresAt,
+				r.Traceparent, r.Tracestate)
+		}
 	}
 	b.WriteString("), s AS (INSERT INTO published_messages (" + strings.Join(sendColumns, ", ") + ") VALUES ")
-	values(len(sends), len(sendColumns))
-	var owed []sendRow
-	for _, sd := range sends {
-		r := toSendRow(sd)
-		args = append(args, r.ID, r.EventID, r.RoomID, r.CorrelationID, r.SubscriptionID, r.SubscriptionType,
-			r.Destination, r.Attempt, r.Held, r.ScheduledDelay, r.CreatedAt.UTC(), r.SentAt, r.Status, r.StatusCode, r.Error, r.CompletedAt)
-		if sd.Status == publish.StatusPending && sd.SentAt.IsZero() {
-			owed = append(owed, r)
+	values(sends, len(sendColumns))
+	type owedRow struct {
+		r     sendRow
+		lease publish.Lease
+	}
+	var owed []owedRow
+	for _, bt := range batches {
+		for _, sd := range bt.Sends {
+			r := toSendRow(sd)
+			args = append(args, r.ID, r.EventID, r.RoomID, r.CorrelationID, r.SubscriptionID, r.SubscriptionType,
+				r.Destination, r.Attempt, r.Held, r.ScheduledDelay, r.CreatedAt.UTC(), r.SentAt, r.Status, r.StatusCode, r.Error, r.CompletedAt)
+			if sd.Status == publish.StatusPending && sd.SentAt.IsZero() {
+				owed = append(owed, owedRow{r, bt.Lease})
+			}
 		}
 	}
 	b.WriteString(")")
@@ -259,8 +294,8 @@ func publishStatement(events []publish.Event, sends []publish.Send, lease publis
 	}
 	b.WriteString(" INSERT INTO outbox (" + strings.Join(outboxColumns, ", ") + ") VALUES ")
 	values(len(owed), len(outboxColumns))
-	for _, r := range owed {
-		args = append(args, r.ID, r.CreatedAt.UTC(), lease.Owner, timePtr(lease.Until))
+	for _, o := range owed {
+		args = append(args, o.r.ID, o.r.CreatedAt.UTC(), o.lease.Owner, timePtr(o.lease.Until))
 	}
 	return b.String(), args
 }

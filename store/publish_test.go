@@ -96,3 +96,55 @@ func TestPublishRoundTrip(t *testing.T) {
 		})
 	}
 }
+
+// TestPublishAll: several publishes stored together keep each its own
+// outbox lease (a leased row is not claimable until its lease ends, an
+// unleased one is), and a taken idempotency key in one of them stores
+// nothing of any.
+func TestPublishAll(t *testing.T) {
+	t.Parallel()
+	for _, d := range storetest.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			ev := storetest.Open(t, d).Events()
+			now := time.Now().UTC().Truncate(time.Microsecond)
+			room := uuid.Must(uuid.NewV7())
+			mk := func(key string, lease publish.Lease) publish.Batch {
+				e := publish.Event{ID: uuid.Must(uuid.NewV7()), RoomID: room, RequestID: uuid.Must(uuid.NewV7()),
+					CorrelationID: "corr", EventTypeID: uuid.Must(uuid.NewV7()), EventType: "order.created", Version: 1,
+					Payload: []byte(`{}`), Attributes: map[string]string{}, IdempotencyKey: key, Destinations: 1, PublishedAt: now}
+				s := publish.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "corr",
+					SubscriptionID: uuid.Must(uuid.NewV7()), SubscriptionType: "PULL", Destination: "q::pull", Attempt: 1,
+					CreatedAt: now, Status: publish.StatusPending}
+				return publish.Batch{Events: []publish.Event{e}, Sends: []publish.Send{s}, Lease: lease}
+			}
+			leased := mk("k1", publish.Lease{Owner: "relay-a", Until: now.Add(time.Hour)})
+			free := mk("", publish.Lease{})
+			if err := ev.PublishAll(ctx, []publish.Batch{leased, free}); err != nil {
+				t.Fatal(err)
+			}
+			for _, b := range []publish.Batch{leased, free} {
+				if _, err := ev.Event(ctx, room, b.Events[0].ID); err != nil {
+					t.Errorf("event %s: %v", b.Events[0].ID, err)
+				}
+			}
+			claimed, err := ev.ClaimPending(ctx, "relay-b", now.Add(time.Minute), 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(claimed) != 1 || claimed[0].Send.ID != free.Sends[0].ID {
+				t.Errorf("claimable: %+v, want only the unleased send %s", claimed, free.Sends[0].ID)
+			}
+
+			taken := mk("k1", publish.Lease{})
+			other := mk("k2", publish.Lease{})
+			if err := ev.PublishAll(ctx, []publish.Batch{other, taken}); !errors.Is(err, publish.ErrDuplicateKey) {
+				t.Fatalf("a taken key among the batches: %v, want ErrDuplicateKey", err)
+			}
+			if _, err := ev.Event(ctx, room, other.Events[0].ID); err == nil {
+				t.Error("the other batch's event was kept")
+			}
+		})
+	}
+}
