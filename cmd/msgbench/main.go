@@ -8,9 +8,11 @@
 // Every figure and how it is measured:
 //
 //  1. baseline (after raw sends and consumes until their rates are steady,
-//     since a broker on a JVM runs its first messages interpreted): durable sends with receipts per second at the relay's
-//     concurrency (publish.DefaultRelayConfig.Concurrency over the broker URL's
+//     since a broker on a JVM runs its first messages interpreted): durable
+//     sends with receipts per second at the relay's concurrency (publish.DefaultRelayConfig.Concurrency over the broker URL's
 //     senders); consume + individual ack per second at the dispatcher's prefetch;
+//     the push ceiling: consume + POST to the sink + ack with no service (the
+//     dispatcher's prefetch and worker count), the most any dispatcher could do;
 //     the broker's own lateness on scheduled (AMQ_SCHEDULED_DELAY) messages.
 //  2. publish: events accepted per second (202) through POST …/messages at
 //     fan-out 1 and 10 (PULL subscriptions) and through messages:batch (100 per

@@ -135,7 +135,7 @@ func (r *Report) evaluate() {
 			r.Targets[0].Note += fmt.Sprintf("; push is %.2f × the ceiling", p.Value/c.Value)
 		}
 		if c.Ratio < 0.8 {
-			r.Targets[0].Note += "; 0.80 is above the ceiling: out of reach on this machine"
+			r.Targets[0].Note += "; 0.80 is above this run's ceiling: out of reach for any dispatcher here"
 		}
 	}
 	needs := [][]string{{"push.rate"}, {"publish.fanout1"}, {"publish.fanout1_relayed"}, {"e2e.p99"}, {"e2e_half_flow.p99"},
