@@ -28,8 +28,8 @@ type BatchStore interface {
 // more sends than groupMaxSends is stored alone, in a transaction of its
 // own; one transaction takes at most groupMaxCalls publishes. Grouping
 // serialises the writes (one group at a time), which pays while rows are
-// few: single events at fan-out 1 cost PostgreSQL 45 % less CPU and were
-// accepted 14–19 % faster, but at fan-out 10 (11 rows each) the
+// few: single events at fan-out 1 cost PostgreSQL 40–55 % less CPU and were
+// accepted 13–19 % faster, but at fan-out 10 (11 rows each) the
 // serialised groups accepted fewer events per second than 16 transactions
 // in parallel (docs/benchmarks.md, session 11).
 const (
