@@ -202,13 +202,13 @@ var _ publish.BatchStore = (*Events)(nil)
 // PublishAll implements publish.BatchStore: every batch's rows in one
 // transaction, in one statement on PostgreSQL when it fits.
 func (s *Events) PublishAll(ctx context.Context, batches []publish.Batch) error {
-	var events, sends, args int
+	var events, sends int
 	for _, b := range batches {
 		events += len(b.Events)
 		sends += len(b.Sends)
 	}
-	args = events*len(eventColumns) + sends*(len(sendColumns)+len(outboxColumns))
-	if s.db.dialect == Postgres && sends > 0 && args <= maxOneStatementArgs {
+	params := events*len(eventColumns) + sends*(len(sendColumns)+len(outboxColumns))
+	if s.db.dialect == Postgres && sends > 0 && params <= maxOneStatementArgs {
 		sql, args := publishStatement(batches)
 		return translate(s.tx(ctx).Exec(sql, args...).Error, nil, publish.ErrDuplicateKey)
 	}
