@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -62,7 +63,7 @@ func (b *stompBroker) artemisCreateQueue(ctx context.Context, dest Destination) 
 	if err != nil {
 		return fmt.Errorf("broker: create queue %s: %w", dest, err)
 	}
-	err = b.artemisManage(ctx, "createQueue", string(qc), true)
+	_, err = b.artemisManage(ctx, "createQueue", string(qc), true)
 	if err != nil && !strings.Contains(err.Error(), artemisQueueExists) && !strings.Contains(err.Error(), "already exists") {
 		return fmt.Errorf("broker: create queue %s: %w", dest, err)
 	}
@@ -72,7 +73,7 @@ func (b *stompBroker) artemisCreateQueue(ctx context.Context, dest Destination) 
 func (b *stompBroker) artemisDestroyQueue(ctx context.Context, dest Destination) error {
 	// destroyQueue(String name, boolean removeConsumers, boolean autoDeleteAddress):
 	// queue names are unique per broker; the address goes with its last queue.
-	err := b.artemisManage(ctx, "destroyQueue", dest.Queue, true, true)
+	_, err := b.artemisManage(ctx, "destroyQueue", dest.Queue, true, true)
 	if err != nil && !strings.Contains(err.Error(), artemisQueueNotExisted) && !strings.Contains(err.Error(), "does not exist") {
 		return fmt.Errorf("broker: delete queue %s: %w", dest, err)
 	}
@@ -82,30 +83,41 @@ func (b *stompBroker) artemisDestroyQueue(ctx context.Context, dest Destination)
 // errManagement wraps a failure reported by the broker for a management operation.
 var errManagement = errors.New("broker: management operation failed")
 
+// mgmtReplyPrefix names the reply queue of each management call. The
+// SUBSCRIBE auto-creates it; auto-delete is off where "#" says so (as in our
+// broker.properties), so each call destroys its own queue when done.
+const mgmtReplyPrefix = "messaging-api.management.reply."
+
 // artemisManage invokes operation on the broker resource over a short-lived
 // connection of its own, so that an ERROR (for example a missing "manage"
-// permission) cannot take a sender or a subscription down with it.
-func (b *stompBroker) artemisManage(ctx context.Context, operation string, params ...any) error {
+// permission) cannot take a sender or a subscription down with it. It returns
+// the operation's result as text (see managementResult).
+func (b *stompBroker) artemisManage(ctx context.Context, operation string, params ...any) (string, error) {
+	if params == nil {
+		params = []any{} // "null" is not a parameter list
+	}
 	body, err := json.Marshal(params)
 	if err != nil {
-		return fmt.Errorf("broker: %s: %w", operation, err)
+		return "", fmt.Errorf("broker: %s: %w", operation, err)
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.connectTimeout+b.cfg.receiptTimeout)
 	defer cancel()
 	c, err := b.dial(ctx, "management")
 	if err != nil {
-		return err
+		return "", err
 	}
-	// The reply queue is auto-created by the SUBSCRIBE and auto-deleted when this
-	// connection goes. Frames of one connection are handled in order, so the queue
-	// exists before the request is.
-	replyTo := "broker.management.reply." + uuid.NewString()
+	// Frames of one connection are handled in order, so the reply queue exists
+	// before the request is sent.
+	replyTo := mgmtReplyPrefix + uuid.NewString()
 	sub, err := c.sc.Subscribe(replyTo, stomp.AckAuto, stomp.SubscribeOpt.Header("subscription-type", "ANYCAST"))
 	if err != nil {
 		c.close()
-		return fmt.Errorf("broker: %s: subscribe to reply queue: %w", operation, err)
+		return "", fmt.Errorf("broker: %s: subscribe to reply queue: %w", operation, err)
 	}
-	defer c.closeDraining(sub)
+	defer func() {
+		b.dropReplyQueue(c, sub, replyTo)
+		c.closeDraining(sub)
+	}()
 
 	correlationID := uuid.NewString()
 	err = c.send(b.cfg.managementAddress, "", body, b.cfg.receiptTimeout,
@@ -119,7 +131,7 @@ func (b *stompBroker) artemisManage(ctx context.Context, operation string, param
 			return nil
 		})
 	if err != nil {
-		return fmt.Errorf("broker: %s: %w", operation, err)
+		return "", fmt.Errorf("broker: %s: %w", operation, err)
 	}
 
 	timeout := time.NewTimer(b.cfg.receiptTimeout)
@@ -129,22 +141,48 @@ func (b *stompBroker) artemisManage(ctx context.Context, operation string, param
 		case m, ok := <-sub.C:
 			switch {
 			case !ok:
-				return fmt.Errorf("broker: %s: connection lost before the reply", operation)
+				return "", fmt.Errorf("broker: %s: connection lost before the reply", operation)
 			case m.Err != nil:
-				return fmt.Errorf("broker: %s: %w", operation, m.Err)
+				return "", fmt.Errorf("broker: %s: %w", operation, m.Err)
 			case m.Header.Get(HeaderCorrelationID) != correlationID:
 				continue // not ours; cannot happen on a fresh reply queue
 			}
 			result := managementResult(m.Body)
 			if m.Header.Get(mgmtHeaderSucceeded) != "true" {
-				return fmt.Errorf("%w: %s: %s", errManagement, operation, result)
+				return "", fmt.Errorf("%w: %s: %s", errManagement, operation, result)
 			}
-			return nil
+			return result, nil
 		case <-timeout.C:
-			return fmt.Errorf("broker: %s: no reply within %s", operation, b.cfg.receiptTimeout)
+			return "", fmt.Errorf("broker: %s: no reply within %s", operation, b.cfg.receiptTimeout)
 		case <-ctx.Done():
-			return fmt.Errorf("broker: %s: %w", operation, ctx.Err())
+			return "", fmt.Errorf("broker: %s: %w", operation, ctx.Err())
 		}
+	}
+}
+
+// dropReplyQueue destroys a management call's reply queue once the call is
+// over: it stops consuming it, then invokes destroyQueue without a reply-to (a
+// reply would create the queue again); the receipt says the broker ran it. A
+// failure leaves one empty queue behind and is only logged.
+func (b *stompBroker) dropReplyQueue(c *conn, sub *stomp.Subscription, queue string) {
+	if c.sock.isDead() {
+		return
+	}
+	if err := sub.Unsubscribe(); err != nil {
+		b.log.Debug("broker: management reply queue not unsubscribed", "queue", queue, "err", err)
+		return
+	}
+	body, _ := json.Marshal([]any{queue, true, true})
+	err := c.send(b.cfg.managementAddress, "", body, b.cfg.receiptTimeout,
+		stomp.SendOpt.Receipt,
+		stomp.SendOpt.NoContentLength,
+		func(f *frame.Frame) error {
+			f.Header.Set(mgmtHeaderResource, mgmtResourceBroker)
+			f.Header.Set(mgmtHeaderOperation, "destroyQueue")
+			return nil
+		})
+	if err != nil {
+		b.log.Warn("broker: management reply queue left behind", "queue", queue, "err", err)
 	}
 }
 
@@ -165,4 +203,89 @@ func managementResult(body []byte) string {
 		}
 	}
 	return strings.TrimSpace(string(body))
+}
+
+// artemisAddressSettings are the fields of AddressSettings.toJSON that the
+// delivery contract depends on; a field the broker leaves out reads as its
+// Artemis default.
+type artemisAddressSettings struct {
+	MaxDeliveryAttempts *int  `json:"maxDeliveryAttempts"`
+	AutoCreateQueues    *bool `json:"autoCreateQueues"`
+	AutoCreateAddresses *bool `json:"autoCreateAddresses"`
+}
+
+// artemisStatus is the part of ActiveMQServerControl.getStatus that says
+// which broker properties were not applied: Artemis ignores a misspelt key
+// at startup and reports it only here.
+type artemisStatus struct {
+	Configuration struct {
+		Properties map[string]struct {
+			Errors []struct {
+				Value  string `json:"value"`
+				Reason string `json:"reason"`
+			} `json:"errors"`
+		} `json:"properties"`
+	} `json:"configuration"`
+}
+
+// artemisPrepare reads the address settings that match each address and the
+// broker's status:
+//   - max-delivery-attempts other than -1 is an error: Artemis counts a
+//     connection lost with unacked deliveries as an attempt, and at the limit
+//     moves the message to its own dead-letter address, outside the service's
+//     dead letters and retries.
+//   - auto-create-queues off is worked around: every destination is created
+//     (EnsureQueue) before this process first sends to it, because Artemis
+//     answers a SEND to a missing queue of an existing address with a
+//     RECEIPT and drops the message.
+//   - broker properties that were not applied are warnings.
+func (b *stompBroker) artemisPrepare(ctx context.Context, addresses []string) ([]string, error) {
+	var warnings []string
+	var problems []string
+	ensure := false
+	for _, addr := range addresses {
+		raw, err := b.artemisManage(ctx, "getAddressSettingsAsJSON", addr)
+		if err != nil {
+			return nil, fmt.Errorf("broker: read the address settings of %s: %w", addr, err)
+		}
+		var st artemisAddressSettings
+		if err := json.Unmarshal([]byte(raw), &st); err != nil {
+			return nil, fmt.Errorf("broker: address settings of %s: %w", addr, err)
+		}
+		if st.MaxDeliveryAttempts == nil || *st.MaxDeliveryAttempts != -1 {
+			n := "10 (the default)"
+			if st.MaxDeliveryAttempts != nil {
+				n = strconv.Itoa(*st.MaxDeliveryAttempts)
+			}
+			problems = append(problems, fmt.Sprintf("max-delivery-attempts is %s for address %q; the service needs -1 "+
+				"(broker.properties: addressSettings.\"#\".maxDeliveryAttempts=-1): otherwise Artemis moves a message "+
+				"whose consumer's connection dropped that often to its own dead-letter address", n, addr))
+		}
+		if st.AutoCreateQueues != nil && !*st.AutoCreateQueues {
+			ensure = true
+			warnings = append(warnings, fmt.Sprintf("auto-create-queues is off for address %q: the service creates each queue "+
+				"before its first send; a queue deleted by hand afterwards drops what is sent to it", addr))
+		}
+		if st.AutoCreateAddresses != nil && !*st.AutoCreateAddresses {
+			warnings = append(warnings, fmt.Sprintf("auto-create-addresses is off for address %q: the service creates "+
+				"addresses with their queues", addr))
+		}
+	}
+	raw, err := b.artemisManage(ctx, "getStatus")
+	if err != nil {
+		return nil, fmt.Errorf("broker: read the broker status: %w", err)
+	}
+	var status artemisStatus
+	if err := json.Unmarshal([]byte(raw), &status); err == nil {
+		for file, p := range status.Configuration.Properties {
+			for _, e := range p.Errors {
+				warnings = append(warnings, fmt.Sprintf("%s: %s was not applied: %s", file, e.Value, e.Reason))
+			}
+		}
+	}
+	b.ensureBeforeSend.Store(ensure)
+	if len(problems) > 0 {
+		return warnings, fmt.Errorf("%w: %s", ErrMisconfigured, strings.Join(problems, "; "))
+	}
+	return warnings, nil
 }

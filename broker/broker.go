@@ -134,6 +134,8 @@ type Delivery struct {
 	// ID is the broker's message id, for logs only.
 	ID string
 	// Redelivered is true when the broker says it delivered this message before.
+	// It is a hint: Artemis may say false for a message whose earlier consumer
+	// closed cleanly without acking it.
 	Redelivered bool
 
 	ack func(context.Context) error
@@ -177,5 +179,15 @@ type Broker interface {
 	DeleteQueue(ctx context.Context, dest Destination) error
 	// Connected reports whether the broker is reachable right now.
 	Connected() bool
+	// Prepare checks the broker's settings for the given addresses against the
+	// delivery contract and adapts to what it may: it returns warnings for
+	// settings the service works around, and an error matching
+	// ErrMisconfigured, naming the setting, for one it cannot (the broker
+	// would move or drop messages on its own). It needs the broker reachable.
+	Prepare(ctx context.Context, addresses []string) (warnings []string, err error)
 	Close() error
 }
+
+// ErrMisconfigured matches (errors.Is) the error of Prepare when a broker
+// setting breaks the delivery contract.
+var ErrMisconfigured = errors.New("broker: misconfigured")

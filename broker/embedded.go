@@ -81,6 +81,12 @@ func (e *Embedded) DeleteQueue(ctx context.Context, dest Destination) error {
 // Connected is false once e is closed.
 func (e *Embedded) Connected() bool { return e.root.Connected() }
 
+// Prepare has nothing to check: the embedded broker keeps the contract by
+// construction.
+func (e *Embedded) Prepare(ctx context.Context, addresses []string) ([]string, error) {
+	return e.root.Prepare(ctx, addresses)
+}
+
 // Close closes every client and drops every message.
 func (e *Embedded) Close() error {
 	e.mu.Lock()
@@ -303,6 +309,8 @@ func (c *embeddedClient) DeleteQueue(ctx context.Context, dest Destination) erro
 	}
 	return nil
 }
+
+func (c *embeddedClient) Prepare(context.Context, []string) ([]string, error) { return nil, nil }
 
 func (c *embeddedClient) Connected() bool {
 	c.e.mu.Lock()

@@ -22,7 +22,8 @@ import (
 //
 //	dialect=artemis|activemq   broker flavour (default artemis)
 //	senders=4                  connections used by Send; each carries one send awaiting its receipt
-//	heartbeat=10s              heart-beat interval both ways; 0 turns heart-beats off
+//	heartbeat=10s              heart-beat interval both ways; 0 turns heart-beats off (ActiveMQ Classic only:
+//	                           Artemis closes a connection without heart-beats once idle for 60s)
 //	prefetch=8                 prefetch of subscriptions that ask for 0
 //	windowPerMessage=65536     Artemis: consumer-window-size bytes per prefetched message
 //	connectTimeout=10s         bound on TCP + TLS + CONNECT
@@ -148,12 +149,18 @@ func parseStompURL(rawURL string) (stompConfig, error) {
 	if u.User != nil {
 		cfg.login = u.User.Username()
 		cfg.passcode, _ = u.User.Password()
+		// CONNECT headers are sent unescaped (see rawConnect), so these
+		// cannot be carried at all.
+		if strings.ContainsAny(cfg.login+cfg.passcode, "\r\n\x00") {
+			return cfg, fmt.Errorf("broker: url %s: the login or password holds a line break or NUL, which STOMP cannot carry", red)
+		}
 	}
 
 	q, err := url.ParseQuery(u.RawQuery)
 	if err != nil {
 		return cfg, fmt.Errorf("broker: url %s: query: %w", red, err)
 	}
+	heartbeatSet := false
 	for key, values := range q {
 		if len(values) != 1 {
 			return cfg, fmt.Errorf("broker: url %s: option %q given %d times", red, key, len(values))
@@ -175,6 +182,7 @@ func parseStompURL(rawURL string) (stompConfig, error) {
 			if err == nil && cfg.heartbeat > 0 && cfg.heartbeat < 100*time.Millisecond {
 				err = fmt.Errorf("%s is below 100ms", v)
 			}
+			heartbeatSet = true
 		case "prefetch":
 			cfg.prefetch, err = parseIntOption(v, 1, 10000)
 		case "windowPerMessage":
@@ -196,6 +204,12 @@ func parseStompURL(rawURL string) (stompConfig, error) {
 		if err != nil {
 			return cfg, fmt.Errorf("broker: url %s: option %s: %w", red, key, err)
 		}
+	}
+	if heartbeatSet && cfg.heartbeat == 0 && cfg.dialect == dialectArtemis {
+		// Without heart-beats Artemis applies its connection TTL (60 s by
+		// default) and closes a connection idle that long: a subscription
+		// to a quiet queue would drop every minute.
+		return cfg, fmt.Errorf("broker: url %s: option heartbeat: 0 is refused with dialect=artemis, which closes a connection idle for its connection TTL (60s); use a duration such as 10s", red)
 	}
 	return cfg, nil
 }

@@ -56,7 +56,7 @@ func TestParseStompURL(t *testing.T) {
 				t.Errorf("options not applied: %+v", c)
 			}
 		}},
-		{"HeartbeatOff", "stomp://h:1?heartbeat=0s", func(t *testing.T, c stompConfig) {
+		{"HeartbeatOff", "stomp://h:1?heartbeat=0s&dialect=activemq", func(t *testing.T, c stompConfig) {
 			if c.heartbeat != 0 {
 				t.Errorf("heartbeat = %s", c.heartbeat)
 			}
@@ -90,6 +90,9 @@ func TestParseStompURLErrors(t *testing.T) {
 		{"stomp://h:1?senders=four", `option senders: "four" is not an integer`},
 		{"stomp://h:1?heartbeat=10", `option heartbeat: "10" is not a duration`},
 		{"stomp://h:1?heartbeat=10ms", "below 100ms"},
+		{"stomp://h:1?heartbeat=0", "0 is refused with dialect=artemis"},
+		{"stomp://h:1?heartbeat=0s&dialect=artemis", "connection TTL"},
+		{"stomp://user:hunter2%0A@h:1", "line break or NUL"},
 		{"stomp://h:1?prefetch=0", "option prefetch"},
 		{"stomp://h:1?receiptTimeout=1ms", "option receiptTimeout"},
 		{"stomp://h:1?maxReconnectDelay=1ms", "option maxReconnectDelay"},

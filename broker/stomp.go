@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-stomp/stomp/v3"
@@ -37,6 +38,12 @@ type stompBroker struct {
 	subs   map[*stompSub]struct{}
 	wg     sync.WaitGroup // every goroutine started by the broker
 
+	// ensureBeforeSend is set by Prepare when Artemis does not create a queue
+	// on a SEND; ensured holds the destinations created since (by FQQN).
+	ensureBeforeSend atomic.Bool
+	ensuredMu        sync.Mutex
+	ensured          map[string]struct{}
+
 	closeOnce sync.Once
 }
 
@@ -46,12 +53,13 @@ func openStomp(ctx context.Context, cfg stompConfig, logger *slog.Logger) (*stom
 	logger = logger.With("broker", cfg.redacted, "dialect", string(cfg.dialect))
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	b := &stompBroker{
-		cfg:    cfg,
-		log:    logger,
-		ctx:    bctx,
-		cancel: cancel,
-		idle:   make(chan *link, cfg.senders),
-		subs:   make(map[*stompSub]struct{}),
+		cfg:     cfg,
+		log:     logger,
+		ctx:     bctx,
+		cancel:  cancel,
+		idle:    make(chan *link, cfg.senders),
+		subs:    make(map[*stompSub]struct{}),
+		ensured: make(map[string]struct{}),
 	}
 	// One synchronous dial tells a wrong password or a non-STOMP port apart from a
 	// broker that is merely down: the first fails Open, the second does not.
@@ -131,12 +139,17 @@ func (b *stompBroker) Send(ctx context.Context, msg Message) error {
 				return sendError(dest, ctx.Err(), lastErr)
 			}
 		}
-		err := b.sendOnce(ctx, dest, msg.Body, opts)
+		err := b.ensureOnce(ctx, msg.Destination)
+		if err == nil {
+			err = b.sendOnce(ctx, dest, msg.Body, opts)
+		}
 		switch {
 		case err == nil:
 			return nil
 		case errors.Is(err, ErrClosed), ctx.Err() != nil:
 			return sendError(dest, err, lastErr)
+		case errors.Is(err, errManagement):
+			return refused(fmt.Errorf("broker: cannot create %s before sending to it: %w", dest, err))
 		case isRefusal(err):
 			return refusedByBroker(fmt.Errorf("broker: %s refused the message: %w", b.cfg.dialect, err), refusalText(err))
 		}
@@ -144,6 +157,28 @@ func (b *stompBroker) Send(ctx context.Context, msg Message) error {
 		b.log.DebugContext(ctx, "broker: send failed, retrying", "destination", dest,
 			"correlation_id", msg.CorrelationID, "attempt", attempt+1, "err", err)
 	}
+}
+
+// ensureOnce creates dest before this process first sends to it, when Prepare
+// found that Artemis would drop a message sent to a missing queue.
+func (b *stompBroker) ensureOnce(ctx context.Context, dest Destination) error {
+	if !b.ensureBeforeSend.Load() {
+		return nil
+	}
+	key := dest.FQQN()
+	b.ensuredMu.Lock()
+	_, done := b.ensured[key]
+	b.ensuredMu.Unlock()
+	if done {
+		return nil
+	}
+	if err := b.artemisCreateQueue(ctx, dest); err != nil {
+		return err
+	}
+	b.ensuredMu.Lock()
+	b.ensured[key] = struct{}{}
+	b.ensuredMu.Unlock()
+	return nil
 }
 
 func sendError(dest string, err, last error) error {
@@ -322,7 +357,23 @@ func (b *stompBroker) DeleteQueue(ctx context.Context, dest Destination) error {
 	if b.cfg.dialect == dialectActiveMQ {
 		return nil
 	}
+	b.ensuredMu.Lock()
+	delete(b.ensured, dest.FQQN())
+	b.ensuredMu.Unlock()
 	return b.artemisDestroyQueue(ctx, dest)
+}
+
+// Prepare checks Artemis's address settings and the broker.properties it
+// read (see artemisPrepare). ActiveMQ Classic has nothing the service can
+// read over STOMP; docs/operations.md lists what it needs.
+func (b *stompBroker) Prepare(ctx context.Context, addresses []string) ([]string, error) {
+	if b.isClosed() {
+		return nil, ErrClosed
+	}
+	if b.cfg.dialect == dialectActiveMQ {
+		return nil, nil
+	}
+	return b.artemisPrepare(ctx, addresses)
 }
 
 // Connected reports whether at least one sender connection is up.

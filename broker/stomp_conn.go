@@ -142,7 +142,7 @@ func (b *stompBroker) dial(ctx context.Context, name string) (*conn, error) {
 		}
 		nc = tc
 	}
-	sock := newWatchedConn(nc)
+	sock := newWatchedConn(&rawConnect{Conn: nc})
 	// go-stomp only honours a deadline while waiting for CONNECTED; closing the
 	// socket is how a cancelled ctx interrupts it.
 	stop := context.AfterFunc(ctx, func() { sock.kill(context.Cause(ctx)) })

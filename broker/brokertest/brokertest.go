@@ -39,6 +39,10 @@ type Harness struct {
 	// ScheduleTolerance is how much later than asked a scheduled message may
 	// arrive; zero means one second.
 	ScheduleTolerance time.Duration
+	// RedeliveredUnreliable is true when a redelivery may come with
+	// Redelivered false: Artemis derives the flag from its delivery count,
+	// which it decrements again for deliveries of a consumer closed cleanly.
+	RedeliveredUnreliable bool
 }
 
 // Run runs the contract. Tests that restart the broker run after all the others,
@@ -412,7 +416,7 @@ func (s *suite) redeliveryAfterClose(t *testing.T) {
 			for range 2 {
 				got := receive(t, second, 15*time.Second)
 				redelivered = append(redelivered, string(got.Body))
-				if !got.Redelivered {
+				if !got.Redelivered && !s.h.RedeliveredUnreliable {
 					t.Errorf("%q: Redelivered = false on a redelivery", got.Body)
 				}
 				checkMessage(t, got.Message, broker.Message{Destination: d, Body: got.Body, Attempt: 2, Headers: headers})

@@ -1,0 +1,238 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/url"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// artemisTestURL returns BROKER_TEST_URL when it names an Artemis broker, and
+// skips the test otherwise: with -short, for another dialect, or when it is
+// unset outside CI (on CI a missing broker fails).
+func artemisTestURL(t *testing.T) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("-short: no real broker")
+	}
+	raw := os.Getenv("BROKER_TEST_URL")
+	if raw == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("BROKER_TEST_URL is not set on CI: start Artemis (bash scripts/artemis.sh start) and set it")
+		}
+		t.Skip("BROKER_TEST_URL is not set")
+	}
+	cfg, err := parseStompURL(raw)
+	if err != nil || cfg.dialect != dialectArtemis || isEmbeddedURL(raw) {
+		t.Skip("Artemis only; BROKER_TEST_URL is another broker")
+	}
+	return raw
+}
+
+func openArtemis(t *testing.T, raw string) *stompBroker {
+	t.Helper()
+	cfg, err := parseStompURL(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	b, err := openStomp(ctx, cfg, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	if err != nil {
+		t.Fatalf("open %s: %v", Redact(raw), err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+func manage(t *testing.T, b *stompBroker, op string, params ...any) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	r, err := b.artemisManage(ctx, op, params...)
+	if err != nil {
+		t.Fatalf("%s: %v", op, err)
+	}
+	return r
+}
+
+// withAddressSettings adds settings for match for the test's duration.
+func withAddressSettings(t *testing.T, b *stompBroker, match string, settings map[string]any) {
+	t.Helper()
+	js, _ := json.Marshal(settings)
+	manage(t, b, "addAddressSettings", match, string(js))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := b.artemisManage(ctx, "removeAddressSettings", match); err != nil {
+			t.Errorf("removeAddressSettings %s: %v", match, err)
+		}
+	})
+}
+
+func queueNames(t *testing.T, b *stompBroker) []string {
+	t.Helper()
+	var names []string
+	if err := json.Unmarshal([]byte(manage(t, b, "getQueueNames")), &names); err != nil {
+		t.Fatalf("getQueueNames: %v", err)
+	}
+	return names
+}
+
+// TestArtemisManagementLeavesNoQueues: every management call makes a reply
+// queue, which auto-delete does not remove where "#" turns it off; none may
+// stay after queue create/delete cycles and Prepare.
+func TestArtemisManagementLeavesNoQueues(t *testing.T) {
+	b := openArtemis(t, artemisTestURL(t))
+	ctx := t.Context()
+	before := queueNames(t, b)
+	for range 5 {
+		d := Destination{Address: "room-test-" + uuid.NewString(), Queue: "subscription-" + uuid.NewString()}
+		if err := b.EnsureQueue(ctx, d); err != nil {
+			t.Fatalf("EnsureQueue: %v", err)
+		}
+		if err := b.DeleteQueue(ctx, d); err != nil {
+			t.Fatalf("DeleteQueue: %v", err)
+		}
+	}
+	if _, err := b.Prepare(ctx, []string{"room-test-prepare"}); err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	// Each listing shows its own reply queue: a name in both is a leftover.
+	first, second := queueNames(t, b), queueNames(t, b)
+	for _, n := range first {
+		if strings.HasPrefix(n, mgmtReplyPrefix) && slices.Contains(second, n) && !slices.Contains(before, n) {
+			t.Errorf("management reply queue %s left behind", n)
+		}
+		if strings.HasPrefix(n, "subscription-") && !slices.Contains(before, n) && slices.Contains(second, n) {
+			// Queues of other tests running in parallel may come and go; ours
+			// are named room-test-*, so only check those addresses.
+			continue
+		}
+	}
+	if t.Failed() {
+		t.Logf("queues: %q", first)
+	}
+}
+
+// TestArtemisPrepareRefusesMaxDeliveryAttempts: a broker that would count
+// dropped connections as delivery attempts and move messages to its own DLQ
+// is refused, with the setting named.
+func TestArtemisPrepareRefusesMaxDeliveryAttempts(t *testing.T) {
+	b := openArtemis(t, artemisTestURL(t))
+	prefix := "mda-test-" + uuid.NewString()
+	withAddressSettings(t, b, prefix+".#", map[string]any{"maxDeliveryAttempts": 10})
+	warnings, err := b.Prepare(t.Context(), []string{prefix + ".room"})
+	if !errors.Is(err, ErrMisconfigured) {
+		t.Fatalf("Prepare = %v (warnings %q), want ErrMisconfigured", err, warnings)
+	}
+	if !strings.Contains(err.Error(), "max-delivery-attempts is 10") || !strings.Contains(err.Error(), "maxDeliveryAttempts=-1") {
+		t.Errorf("error does not name the setting and its fix: %v", err)
+	}
+	if _, err := b.Prepare(t.Context(), []string{"room-" + uuid.NewString()}); err != nil {
+		t.Errorf("Prepare on the default settings: %v", err)
+	}
+}
+
+// TestArtemisPrepareWithoutAutoCreate: with auto-create-queues off, Artemis
+// answers a SEND to a missing queue of an existing address with a RECEIPT and
+// drops the message. After Prepare, the broker creates each queue before its
+// first send, so nothing is dropped.
+func TestArtemisPrepareWithoutAutoCreate(t *testing.T) {
+	raw := artemisTestURL(t)
+	admin := openArtemis(t, raw)
+	ctx := t.Context()
+	address := "noauto-test-" + uuid.NewString()
+	withAddressSettings(t, admin, address, map[string]any{"autoCreateQueues": false, "maxDeliveryAttempts": -1})
+	existing := Destination{Address: address, Queue: "existing"}
+	if err := admin.EnsureQueue(ctx, existing); err != nil {
+		t.Fatalf("EnsureQueue: %v", err)
+	}
+	dropped := Destination{Address: address, Queue: "dropped"}
+	kept := Destination{Address: address, Queue: "kept"}
+	t.Cleanup(func() {
+		for _, d := range []Destination{existing, dropped, kept} {
+			_ = admin.DeleteQueue(context.Background(), d)
+		}
+	})
+
+	// The broker fact, as a check that the setting took effect.
+	plain := openArtemis(t, raw)
+	if err := plain.Send(ctx, Message{Destination: dropped, Body: []byte("lost"), Attempt: 1}); err != nil {
+		t.Fatalf("Send to a missing queue: %v (Artemis used to answer with a RECEIPT)", err)
+	}
+	if err := admin.EnsureQueue(ctx, dropped); err != nil {
+		t.Fatalf("EnsureQueue: %v", err)
+	}
+	sub, err := plain.Subscribe(ctx, dropped, SubscribeOptions{Prefetch: 1})
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	select {
+	case d := <-sub.C():
+		t.Logf("Artemis kept a message sent to a missing queue (%q): the dropping this guards against did not happen", d.Body)
+	case <-time.After(500 * time.Millisecond):
+	}
+	_ = sub.Close()
+
+	prepared := openArtemis(t, raw)
+	warnings, err := prepared.Prepare(ctx, []string{address})
+	if err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	if !slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, "auto-create-queues is off") }) {
+		t.Errorf("warnings %q do not name auto-create-queues", warnings)
+	}
+	if err := prepared.Send(ctx, Message{Destination: kept, Body: []byte("kept"), Attempt: 1}); err != nil {
+		t.Fatalf("Send after Prepare: %v", err)
+	}
+	sub, err = prepared.Subscribe(ctx, kept, SubscribeOptions{Prefetch: 1})
+	if err != nil {
+		t.Fatalf("Subscribe: %v", err)
+	}
+	defer sub.Close()
+	select {
+	case d := <-sub.C():
+		if string(d.Body) != "kept" {
+			t.Errorf("got %q", d.Body)
+		}
+		if err := d.Ack(ctx); err != nil {
+			t.Errorf("Ack: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the message sent after Prepare was dropped")
+	}
+}
+
+// TestArtemisLoginWithEscapes: Artemis reads CONNECT headers as written, so a
+// password with ':' or '\' must not be escaped the way other frames are.
+func TestArtemisLoginWithEscapes(t *testing.T) {
+	raw := artemisTestURL(t)
+	admin := openArtemis(t, raw)
+	user, password := "escape-test-"+uuid.NewString()[:8], `p:a\ss:w\\ord`
+	manage(t, admin, "addUser", user, password, "amq", true)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, _ = admin.artemisManage(ctx, "removeUser", user)
+	})
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(user, password)
+	b := openArtemis(t, u.String())
+	d := Destination{Address: "room-test-" + uuid.NewString(), Queue: "login"}
+	t.Cleanup(func() { _ = admin.DeleteQueue(context.Background(), d) })
+	if err := b.Send(t.Context(), Message{Destination: d, Body: []byte("x"), Attempt: 1}); err != nil {
+		t.Fatalf("Send as %s: %v", user, err)
+	}
+}
