@@ -5,6 +5,11 @@
 // push queue and unique rooms, and a local HTTP sink as the push endpoint, then
 // prints one table and writes it as JSON (-json).
 //
+// The broker is Apache ActiveMQ Artemis (the default) or ActiveMQ Classic:
+// -broker-kind picks the local one that scripts/artemis.sh or
+// scripts/activemq.sh runs, -broker any other on loopback. The two brokers'
+// tables are comparable only through their ratios, each to its own baseline.
+//
 // Every figure and how it is measured:
 //
 //  1. baseline (after raw sends and consumes until their rates are steady,
@@ -57,8 +62,18 @@ import (
 	"github.com/roomhub/messaging-api/store/storetest"
 )
 
-// DefaultBrokerURL is the local ActiveMQ Classic that scripts/activemq.sh runs.
-const DefaultBrokerURL = "stomp://127.0.0.1:61623?dialect=activemq"
+// The brokers -broker-kind chooses from, and the local broker of each that
+// scripts/artemis.sh and scripts/activemq.sh run with their defaults.
+const (
+	kindArtemis  = "artemis"
+	kindActiveMQ = "activemq"
+
+	DefaultArtemisURL  = "stomp://artemis:artemis@127.0.0.1:61613?dialect=artemis"
+	DefaultActiveMQURL = "stomp://127.0.0.1:61623?dialect=activemq"
+)
+
+// brokerNames are the brokers as the report names them.
+var brokerNames = map[string]string{kindArtemis: "Apache ActiveMQ Artemis", kindActiveMQ: "ActiveMQ Classic"}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -74,6 +89,7 @@ func main() {
 
 // config is every setting of a run.
 type config struct {
+	brokerKind  string // artemis or activemq: the dialect of brokerURL
 	brokerURL   string
 	dbURL       string
 	embedded    bool
@@ -104,7 +120,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	cfg := config{args: args}
 	fs := flag.NewFlagSet("msgbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&cfg.brokerURL, "broker", DefaultBrokerURL, "STOMP URL of the broker (loopback only); the service gets the same URL")
+	fs.StringVar(&cfg.brokerKind, "broker-kind", "", "the broker: artemis or activemq (default: the -broker URL's dialect, else artemis)")
+	fs.StringVar(&cfg.brokerURL, "broker", "", "STOMP URL of the broker (loopback only); the service gets the same URL (default: "+
+		DefaultArtemisURL+" for artemis, "+DefaultActiveMQURL+" for activemq)")
 	fs.StringVar(&cfg.dbURL, "db", storetest.DefaultPostgresURL, "PostgreSQL URL (loopback only); the run uses a fresh schema in it")
 	fs.BoolVar(&cfg.embedded, "embedded", false, "use the embedded broker and an SQLite file instead of -broker and -db")
 	fs.StringVar(&cfg.jsonPath, "json", "bench.json", "write the report as JSON to this file (empty: do not)")
@@ -178,6 +196,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	case cfg.hangShare <= 0 || cfg.hangShare > 1:
 		return cfg, errors.New("-hang-share must be in (0, 1]")
 	}
+	if err := cfg.chooseBroker(); err != nil {
+		return cfg, err
+	}
 	if !cfg.embedded {
 		for name, raw := range map[string]string{"-broker": cfg.brokerURL, "-db": cfg.dbURL} {
 			if err := requireLoopback(raw); err != nil {
@@ -186,6 +207,42 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// chooseBroker settles -broker-kind and -broker: either names the other's
+// default, and when both are given the URL's dialect must be the kind (the
+// service reads the dialect from the URL, so a mismatch would measure the
+// wrong broker under the other's name).
+func (cfg *config) chooseBroker() error {
+	if cfg.brokerURL == "" {
+		switch cfg.brokerKind {
+		case "", kindArtemis:
+			cfg.brokerKind, cfg.brokerURL = kindArtemis, DefaultArtemisURL
+		case kindActiveMQ:
+			cfg.brokerURL = DefaultActiveMQURL
+		}
+	}
+	if _, ok := brokerNames[cfg.brokerKind]; !ok && cfg.brokerKind != "" {
+		return fmt.Errorf("-broker-kind: %q is not artemis or activemq", cfg.brokerKind)
+	}
+	u, err := url.Parse(cfg.brokerURL)
+	if err != nil {
+		return errors.New("-broker: cannot parse the URL")
+	}
+	dialect := strings.ToLower(u.Query().Get("dialect"))
+	if dialect == "" {
+		dialect = kindArtemis // broker.Open's default
+	}
+	if _, ok := brokerNames[dialect]; !ok {
+		return fmt.Errorf("-broker: dialect %q is not artemis or activemq", dialect)
+	}
+	switch {
+	case cfg.brokerKind == "":
+		cfg.brokerKind = dialect
+	case cfg.brokerKind != dialect:
+		return fmt.Errorf("-broker-kind %s, but the -broker URL's dialect is %s", cfg.brokerKind, dialect)
+	}
+	return nil
 }
 
 // requireLoopback refuses a URL whose host is not on this machine's loopback:

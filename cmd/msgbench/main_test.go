@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -207,6 +208,47 @@ func TestRequireLoopback(t *testing.T) {
 		if err := requireLoopback(raw); (err == nil) != ok {
 			t.Errorf("requireLoopback(%q) = %v, want ok=%v", raw, err, ok)
 		}
+	}
+}
+
+// TestChooseBroker: -broker-kind picks the default URL, a URL's dialect
+// names the kind, and the two must agree.
+func TestChooseBroker(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name     string
+		args     []string
+		wantKind string
+		wantURL  string
+		wantErr  string
+	}{
+		{"default", nil, kindArtemis, DefaultArtemisURL, ""},
+		{"artemis", []string{"-broker-kind", "artemis"}, kindArtemis, DefaultArtemisURL, ""},
+		{"activemq", []string{"-broker-kind", "activemq"}, kindActiveMQ, DefaultActiveMQURL, ""},
+		{"kind from the URL", []string{"-broker", "stomp://127.0.0.1:61700?dialect=activemq"}, kindActiveMQ, "stomp://127.0.0.1:61700?dialect=activemq", ""},
+		{"URL without dialect", []string{"-broker", "stomp://u:p@127.0.0.1:61710"}, kindArtemis, "stomp://u:p@127.0.0.1:61710", ""},
+		{"both agree", []string{"-broker-kind", "artemis", "-broker", "stomp://u:p@127.0.0.1:61710?dialect=artemis"}, kindArtemis, "stomp://u:p@127.0.0.1:61710?dialect=artemis", ""},
+		{"both disagree", []string{"-broker-kind", "artemis", "-broker", DefaultActiveMQURL}, "", "", "dialect is activemq"},
+		{"unknown kind", []string{"-broker-kind", "rabbitmq"}, "", "", "-broker-kind"},
+		{"unknown dialect", []string{"-broker", "stomp://127.0.0.1:61613?dialect=kafka"}, "", "", "dialect"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := parseFlags(tt.args, io.Discard)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.brokerKind != tt.wantKind || cfg.brokerURL != tt.wantURL {
+				t.Errorf("kind %q url %q, want %q %q", cfg.brokerKind, cfg.brokerURL, tt.wantKind, tt.wantURL)
+			}
+		})
 	}
 }
 

@@ -132,9 +132,9 @@ func (b *bench) baseline(ctx context.Context) (baselineResult, error) {
 
 // warmUp sends and consumes raw messages in rounds of warmupRound, measuring
 // nothing, until two rounds in a row agree on both rates within 15 %, or
-// -warmup has passed. ActiveMQ runs on a JVM: just after it starts, its send
-// and dispatch paths run interpreted, and a baseline measured then came out
-// at about half the next run's (1474 against 2389 sends/s, 4003 against 8508
+// -warmup has passed. Both brokers run on a JVM: just after one starts, its send
+// and dispatch paths run interpreted; on ActiveMQ Classic a baseline measured
+// then came out at about half the next run's (1474 against 2389 sends/s, 4003 against 8508
 // consumes/s after a 3 s warm-up), which doubled every ratio of that run.
 func (b *bench) warmUp(ctx context.Context) error {
 	if b.cfg.warmup <= 0 {

@@ -54,28 +54,30 @@ type Machine struct {
 
 // Report is the run's output, as a table and as JSON.
 type Report struct {
-	Machine  Machine        `json:"machine"`
-	Command  string         `json:"command"`
-	Broker   string         `json:"broker"`
-	Database string         `json:"database"`
-	Started  time.Time      `json:"started"`
-	Elapsed  string         `json:"elapsed"`
-	Settings map[string]any `json:"settings"`
-	Figures  []Figure       `json:"figures"`
-	Targets  []Target       `json:"targets"`
+	Machine    Machine        `json:"machine"`
+	Command    string         `json:"command"`
+	Broker     string         `json:"broker"`
+	BrokerKind string         `json:"brokerKind"` // the broker product, or "embedded"
+	Database   string         `json:"database"`
+	Started    time.Time      `json:"started"`
+	Elapsed    string         `json:"elapsed"`
+	Settings   map[string]any `json:"settings"`
+	Figures    []Figure       `json:"figures"`
+	Targets    []Target       `json:"targets"`
 }
 
 func newReport(cfg config, brokerURL string) *Report {
-	db := "postgres (fresh schema)"
+	db, kind := "postgres (fresh schema)", brokerNames[cfg.brokerKind]
 	if cfg.embedded {
-		db = "sqlite (temp file)"
+		db, kind = "sqlite (temp file)", "embedded"
 	}
 	return &Report{
-		Machine:  machine(),
-		Command:  strings.TrimSpace("go run ./cmd/msgbench " + strings.Join(cfg.args, " ")),
-		Broker:   broker.Redact(brokerURL),
-		Database: db,
-		Started:  time.Now().UTC().Truncate(time.Second),
+		Machine:    machine(),
+		Command:    strings.TrimSpace("go run ./cmd/msgbench " + strings.Join(cfg.args, " ")),
+		Broker:     broker.Redact(brokerURL),
+		BrokerKind: kind,
+		Database:   db,
+		Started:    time.Now().UTC().Truncate(time.Second),
 		Settings: map[string]any{
 			"duration": cfg.duration.String(), "warmup": cfg.warmup.String(), "concurrency": cfg.concurrency, "messages": cfg.messages,
 			"pullers": cfg.pullers, "retriesPerDelay": cfg.retries, "retryDelays": delaysText(cfg.retryDelays),
@@ -197,8 +199,8 @@ func (r *Report) check() error {
 
 func (r *Report) print(w io.Writer) {
 	m := r.Machine
-	fmt.Fprintf(w, "\nmsgbench: %d CPUs (%s), %s GiB RAM, %s, broker %s, database %s\n%s\n\n",
-		m.CPUs, m.CPUModel, m.MemoryGiB, m.Go, r.Broker, r.Database, r.Command)
+	fmt.Fprintf(w, "\nmsgbench: %d CPUs (%s), %s GiB RAM, %s, broker %s (%s), database %s\n%s\n\n",
+		m.CPUs, m.CPUModel, m.MemoryGiB, m.Go, r.BrokerKind, r.Broker, r.Database, r.Command)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "figure\tvalue\tunit\t× baseline\tnote")
 	group := ""
