@@ -13,6 +13,11 @@ type faultRecord struct {
 	Downtime float64 `json:"downtimeSeconds"` // from the kill to ready again
 	Detail   string  `json:"detail"`
 	Err      string  `json:"error,omitempty"`
+	// PushStall and PullStall are the longest time each subscription went
+	// without a delivery from the fault's start to the next fault's (or the
+	// load's end): how long the fault held deliveries up.
+	PushStall float64 `json:"pushStallSeconds"`
+	PullStall float64 `json:"pullStallSeconds"`
 }
 
 // burstSize is how many publishes the API kill sends at once to the process
@@ -51,7 +56,7 @@ func (s *suite) faults() []fault {
 			if err := s.broker.start(ctx); err != nil {
 				return "", err
 			}
-			return fmt.Sprintf("ActiveMQ pid %d killed, down 3s, then %s to answer STOMP", pid, time.Since(start).Round(100*time.Millisecond)), nil
+			return fmt.Sprintf("%s pid %d killed, down 3s, then %s to answer STOMP", s.broker.name, pid, time.Since(start).Round(100*time.Millisecond)), nil
 		}},
 		{"restart PostgreSQL", func(ctx context.Context, _ int) (string, error) {
 			pid := s.pg.proc.pid()

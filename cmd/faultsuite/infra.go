@@ -175,17 +175,34 @@ func (pg *postgres) restart(ctx context.Context, pause time.Duration) error {
 	return pg.start(ctx)
 }
 
-// activeMQ is the suite's own ActiveMQ Classic: scripts/activemq.sh
-// foreground with a state directory under the temp dir and a free STOMP port.
-// The foreground command execs the JVM, so the child process is the broker
-// itself: SIGKILL reaches it directly, and it dies with the suite.
-type activeMQ struct {
-	proc *proc
-	port int
-	url  string
+// The brokers -broker-kind chooses from.
+const (
+	kindArtemis  = "artemis"
+	kindActiveMQ = "activemq"
+)
+
+// brokerProc is the suite's own broker: scripts/artemis.sh or
+// scripts/activemq.sh foreground with its instance (or state) directory under
+// the temp dir and a free STOMP port. The foreground command execs the JVM, so
+// the child process is the broker itself: SIGKILL reaches it directly, and it
+// dies with the suite.
+type brokerProc struct {
+	name            string // as the report shows it
+	proc            *proc
+	port            int
+	url             string
+	login, passcode string // for the readiness CONNECT (Artemis requires a login)
 }
 
-func setupActiveMQ(ctx context.Context, tmp, script string) (*activeMQ, error) {
+// setupBroker starts the broker of the kind cfg names.
+func setupBroker(ctx context.Context, tmp string, cfg config) (*brokerProc, error) {
+	if cfg.brokerKind == kindActiveMQ {
+		return setupActiveMQ(ctx, tmp, cfg.amqScript)
+	}
+	return setupArtemis(ctx, tmp, cfg.artemisScript)
+}
+
+func setupActiveMQ(ctx context.Context, tmp, script string) (*brokerProc, error) {
 	if _, err := os.Stat("/usr/share/activemq/bin/activemq.jar"); err != nil {
 		return nil, errors.New("ActiveMQ Classic is not installed: run `bash scripts/activemq.sh install` (or make broker-install)")
 	}
@@ -202,7 +219,8 @@ func setupActiveMQ(ctx context.Context, tmp, script string) (*activeMQ, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
-	b := &activeMQ{
+	b := &brokerProc{
+		name: "ActiveMQ Classic",
 		port: port,
 		url:  fmt.Sprintf("stomp://127.0.0.1:%d?dialect=activemq", port),
 		proc: &proc{name: "activemq", path: "bash", args: []string{script, "foreground"}, env: env,
@@ -211,30 +229,68 @@ func setupActiveMQ(ctx context.Context, tmp, script string) (*activeMQ, error) {
 	return b, b.start(ctx)
 }
 
+// The suite's Artemis login; the broker is on loopback and lives as long as
+// the run.
+const (
+	artemisUser     = "faultsuite"
+	artemisPassword = "faultsuite"
+)
+
+// setupArtemis creates an Artemis instance under tmp from the distribution
+// scripts/artemis.sh installed, and starts it. The instance is created on the
+// first start (artemis create, a few seconds more); restarts reuse it, journal
+// and all.
+func setupArtemis(ctx context.Context, tmp, script string) (*brokerProc, error) {
+	if err := exec.CommandContext(ctx, "bash", script, "installed").Run(); err != nil {
+		return nil, fmt.Errorf("the Artemis distribution is not installed: run `bash %s install` (it fetches it from Maven Central)", script)
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	env := append(os.Environ(),
+		"ARTEMIS_DIR="+filepath.Join(tmp, "artemis"),
+		"ARTEMIS_STOMP_PORT="+strconv.Itoa(port),
+		"ARTEMIS_USER="+artemisUser,
+		"ARTEMIS_PASSWORD="+artemisPassword,
+		"ARTEMIS_JAVA_MEMORY="+envOr("ARTEMIS_JAVA_MEMORY", "512M"),
+	)
+	b := &brokerProc{
+		name: "Artemis",
+		port: port,
+		url:  fmt.Sprintf("stomp://%s:%s@127.0.0.1:%d?dialect=artemis", artemisUser, artemisPassword, port),
+		proc: &proc{name: "artemis", path: "bash", args: []string{script, "foreground"}, env: env,
+			logPath: filepath.Join(tmp, "artemis.log")},
+		login: artemisUser, passcode: artemisPassword,
+	}
+	return b, b.start(ctx)
+}
+
 // start runs the broker and waits until STOMP answers a CONNECT.
-func (b *activeMQ) start(ctx context.Context) error {
+func (b *brokerProc) start(ctx context.Context) error {
 	if err := b.proc.start(); err != nil {
 		return err
 	}
 	const within = 120 * time.Second
 	deadline := time.Now().Add(within)
-	for !stompReady(b.port) {
+	for !stompReady(b.port, b.login, b.passcode) {
 		select {
 		case <-b.proc.exited():
-			return fmt.Errorf("activemq exited during start-up\n%s", b.proc.logTail(30))
+			return fmt.Errorf("%s exited during start-up\n%s", b.proc.name, b.proc.logTail(30))
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(200 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("activemq: STOMP did not answer on port %d within %s\n%s", b.port, within, b.proc.logTail(30))
+			return fmt.Errorf("%s: STOMP did not answer on port %d within %s\n%s", b.proc.name, b.port, within, b.proc.logTail(30))
 		}
 	}
 	return nil
 }
 
-// stompReady succeeds when the port answers CONNECT with CONNECTED.
-func stompReady(port int) bool {
+// stompReady succeeds when the port answers CONNECT (with the login, when
+// one is given) with CONNECTED.
+func stompReady(port int, login, passcode string) bool {
 	d := net.Dialer{Timeout: time.Second}
 	c, err := d.DialContext(context.Background(), "tcp", "127.0.0.1:"+strconv.Itoa(port))
 	if err != nil {
@@ -242,7 +298,11 @@ func stompReady(port int) bool {
 	}
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
-	if _, err := c.Write([]byte("CONNECT\naccept-version:1.2\nhost:localhost\nheart-beat:0,0\n\n\x00")); err != nil {
+	frame := "CONNECT\naccept-version:1.2\nhost:localhost\nheart-beat:0,0\n"
+	if login != "" {
+		frame += "login:" + login + "\npasscode:" + passcode + "\n"
+	}
+	if _, err := c.Write([]byte(frame + "\n\x00")); err != nil {
 		return false
 	}
 	line, err := bufio.NewReader(c).ReadString('\n')

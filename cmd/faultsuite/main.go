@@ -3,12 +3,13 @@
 // message was lost.
 //
 // It brings up infrastructure of its own, so it never disturbs the machine's
-// shared PostgreSQL or ActiveMQ: a throwaway PostgreSQL cluster (initdb in a
+// shared PostgreSQL or brokers: a throwaway PostgreSQL cluster (initdb in a
 // temp dir, a free loopback port, trust auth; as the postgres user when run as
-// root), an ActiveMQ Classic through scripts/activemq.sh with a state directory
-// in the temp dir and a free STOMP port, the service binary built from this
-// module and run as 2 `api` and 2 `dispatcher` processes, and a loopback HTTP
-// sink as the PUSH endpoint.
+// root), a broker with its instance in the temp dir and a free STOMP port
+// (Artemis through scripts/artemis.sh by default, ActiveMQ Classic through
+// scripts/activemq.sh with -broker-kind activemq), the service binary built
+// from this module and run as 2 `api` and 2 `dispatcher` processes, and a
+// loopback HTTP sink as the PUSH endpoint.
 //
 // The load: one room, one PUSH subscription to the sink and one PULL
 // subscription pulled and acked over REST while the load runs; publishes at a
@@ -21,10 +22,10 @@
 // their Idempotency-Key, and the suite waits (at most -drain-timeout) until
 // both subscriptions have received every accepted publish.
 //
-// It prints published, accepted, rejected, unknown, and per subscription
-// delivered, duplicated and lost, and exits 1 unless lost is 0 for both, both
-// received something, no retry published an event twice and no service
-// process exited by itself. All load goes to 127.0.0.1; everything is bounded
+// It prints published, accepted, rejected, unknown, per subscription
+// delivered, duplicated and lost, and per fault how long deliveries stalled;
+// it exits 1 unless lost is 0 for both, both received something, no retry
+// published an event twice and no service process exited by itself. All load goes to 127.0.0.1; everything is bounded
 // in count and time; every child runs in its own process group and is stopped
 // when the suite ends, fails or is interrupted.
 package main
@@ -58,20 +59,22 @@ func main() {
 
 // config is every setting of a run.
 type config struct {
-	short        bool
-	duration     time.Duration
-	rate         float64
-	gap          time.Duration
-	rounds       int
-	drainTimeout time.Duration
-	maxInFlight  int
-	timeout      time.Duration
-	jsonPath     string
-	keep         bool
-	verbose      bool
-	serviceBin   string
-	pgBin        string
-	amqScript    string
+	short         bool
+	duration      time.Duration
+	rate          float64
+	gap           time.Duration
+	rounds        int
+	drainTimeout  time.Duration
+	maxInFlight   int
+	timeout       time.Duration
+	jsonPath      string
+	keep          bool
+	verbose       bool
+	serviceBin    string
+	pgBin         string
+	brokerKind    string // artemis or activemq
+	amqScript     string
+	artemisScript string
 }
 
 // Defaults of the full form, and of -short where they differ.
@@ -98,6 +101,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&cfg.verbose, "v", false, "print the tails of every log at the end")
 	fs.StringVar(&cfg.serviceBin, "service-bin", "", "a prebuilt messaging-api binary (default: go build it into the temp dir)")
 	fs.StringVar(&cfg.pgBin, "pg-bin", "", "directory of initdb and postgres (default: newest /usr/lib/postgresql/*/bin)")
+	fs.StringVar(&cfg.brokerKind, "broker-kind", kindArtemis, "the broker the suite runs and kills: artemis or activemq (ActiveMQ Classic)")
+	fs.StringVar(&cfg.artemisScript, "artemis-script", filepath.Join(svcproc.ModuleDir(), "scripts", "artemis.sh"), "scripts/artemis.sh")
 	fs.StringVar(&cfg.amqScript, "activemq-script", filepath.Join(svcproc.ModuleDir(), "scripts", "activemq.sh"), "scripts/activemq.sh")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: faultsuite [flags]\n\nRuns load through the service while killing its processes, the broker and PostgreSQL;\nfails if an accepted message is lost. See `go doc ./cmd/faultsuite` and docs/fault-suite.md.\n\nflags:\n")
@@ -129,6 +134,8 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 	}
 	switch {
+	case cfg.brokerKind != kindArtemis && cfg.brokerKind != kindActiveMQ:
+		return cfg, fmt.Errorf("-broker-kind must be artemis or activemq, not %q", cfg.brokerKind)
 	case cfg.duration < time.Second || cfg.duration > time.Hour:
 		return cfg, errors.New("-duration must be from 1s to 1h")
 	case cfg.rate < 1 || cfg.rate > 2000:

@@ -15,6 +15,7 @@ import (
 
 // report is the outcome of a run.
 type report struct {
+	Broker       string  `json:"broker"`
 	Rate         float64 `json:"rate"`
 	Rounds       int     `json:"rounds"`
 	LoadSeconds  float64 `json:"loadSeconds"`
@@ -50,7 +51,7 @@ type report struct {
 
 func (s *suite) report(ctx context.Context, results []result, skipped int, pub *publisher, pl *puller, loadTime, drainTime time.Duration, faultErr error) *report {
 	r := &report{
-		Rate: s.cfg.rate, Rounds: s.cfg.rounds, LoadSeconds: round1(loadTime.Seconds()), DrainSeconds: round1(drainTime.Seconds()),
+		Broker: s.broker.name, Rate: s.cfg.rate, Rounds: s.cfg.rounds, LoadSeconds: round1(loadTime.Seconds()), DrainSeconds: round1(drainTime.Seconds()),
 		Published: len(results), Skipped: skipped, RejectedByStatus: map[string]int{}, PullErrors: pl.errs.Load(),
 	}
 	for _, res := range results {
@@ -80,6 +81,15 @@ func (s *suite) report(ctx context.Context, results []result, skipped int, pub *
 	s.mu.Lock()
 	r.Faults = slices.Clone(s.faultLog)
 	s.mu.Unlock()
+	loadEnd := s.t0.Add(loadTime)
+	for i := range r.Faults {
+		from, to := s.t0.Add(seconds(r.Faults[i].At)), loadEnd
+		if i+1 < len(r.Faults) {
+			to = s.t0.Add(seconds(r.Faults[i+1].At))
+		}
+		r.Faults[i].PushStall = round1(s.sink.got.longestGap(from, to).Seconds())
+		r.Faults[i].PullStall = round1(pl.got.longestGap(from, to).Seconds())
+	}
 	for _, p := range s.procs() {
 		r.Crashes = append(r.Crashes, p.unexpectedExits()...)
 	}
@@ -141,11 +151,15 @@ func (s *suite) dbStats(ctx context.Context) (map[string]int, int) {
 
 func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
 
+func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
+
 func (r *report) print(w io.Writer) {
-	fmt.Fprintf(w, "\nfault suite: 2 api + 2 dispatcher processes, ActiveMQ Classic, PostgreSQL; %g publishes/s, %d round(s) of faults\n\n", r.Rate, r.Rounds)
-	fmt.Fprintln(w, "faults (seconds since the load started):")
+	fmt.Fprintf(w, "\nfault suite: 2 api + 2 dispatcher processes, %s, PostgreSQL; %g publishes/s, %d round(s) of faults\n\n", r.Broker, r.Rate, r.Rounds)
+	fmt.Fprintln(w, "faults (at: seconds since the load started; took: until ready again; stall: the longest time")
+	fmt.Fprintln(w, "without a push / pull delivery from the fault to the next one):")
+	fmt.Fprintf(w, "  %7s  %-24s %6s  %-11s  %s\n", "at", "fault", "took", "stall", "detail")
 	for _, f := range r.Faults {
-		line := fmt.Sprintf("  %6.1fs  %-24s %5.1fs  %s", f.At, f.Name, f.Downtime, f.Detail)
+		line := fmt.Sprintf("  %6.1fs  %-24s %5.1fs  %4.1fs/%4.1fs  %s", f.At, f.Name, f.Downtime, f.PushStall, f.PullStall, f.Detail)
 		if f.Err != "" {
 			line += "  ERROR: " + f.Err
 		}

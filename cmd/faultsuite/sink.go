@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,6 +19,7 @@ type receipts struct {
 	count  map[int]int             // seq → messages received
 	events map[int]map[string]bool // seq → distinct event ids received
 	stray  int                     // messages with a correlation id of no publish of this run
+	times  []time.Time             // when each message of this run arrived
 }
 
 func newReceipts() *receipts {
@@ -33,10 +35,33 @@ func (r *receipts) add(prefix, correlationID, eventID string) {
 		return
 	}
 	r.count[seq]++
+	r.times = append(r.times, time.Now())
 	if r.events[seq] == nil {
 		r.events[seq] = map[string]bool{}
 	}
 	r.events[seq][eventID] = true
+}
+
+// longestGap is the longest time in [from, to) without an arrival, counted
+// from from: how long deliveries stalled after a fault that started at from.
+func (r *receipts) longestGap(from, to time.Time) time.Duration {
+	r.mu.Lock()
+	times := slices.Clone(r.times)
+	r.mu.Unlock()
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
+	var longest time.Duration
+	prev := from
+	for _, t := range times {
+		if t.Before(from) {
+			continue
+		}
+		if !t.Before(to) {
+			break
+		}
+		longest = max(longest, t.Sub(prev))
+		prev = t
+	}
+	return max(longest, to.Sub(prev))
 }
 
 func (r *receipts) has(seq int) bool {

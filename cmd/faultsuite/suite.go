@@ -19,10 +19,11 @@ type suite struct {
 	log     io.Writer
 	started time.Time
 	tmp     string
+	t0      time.Time // when the load started
 
 	mu          sync.Mutex
 	pg          *postgres
-	broker      *activeMQ
+	broker      *brokerProc
 	apis        []*service
 	dispatchers []*service
 	sink        *sink
@@ -51,7 +52,7 @@ func (s *suite) run(ctx context.Context) (*report, error) {
 	// The JVM starts while the service builds and initdb runs.
 	brokerErr := make(chan error, 1)
 	go func() {
-		b, err := setupActiveMQ(ctx, tmp, s.cfg.amqScript)
+		b, err := setupBroker(ctx, tmp, s.cfg)
 		s.mu.Lock()
 		s.broker = b
 		s.mu.Unlock()
@@ -80,9 +81,9 @@ func (s *suite) run(ctx context.Context) (*report, error) {
 	}
 	s.logf("PostgreSQL (%s) on 127.0.0.1:%d", pgBin, pg.port)
 	if err := <-brokerErr; err != nil {
-		return nil, fmt.Errorf("activemq: %w", err)
+		return nil, fmt.Errorf("%s: %w", s.cfg.brokerKind, err)
 	}
-	s.logf("ActiveMQ Classic on stomp://127.0.0.1:%d", s.broker.port)
+	s.logf("%s on stomp://127.0.0.1:%d", s.broker.name, s.broker.port)
 
 	env := serviceEnv(pg.url, s.broker.url)
 	migrate := exec.CommandContext(ctx, bin, "migrate")
@@ -138,6 +139,7 @@ func (s *suite) load(ctx context.Context, c *apiClient, prefix, pullSub string) 
 	defer stopLoad()
 	pubDone := make(chan struct{})
 	t0 := time.Now()
+	s.t0 = t0
 	go func() { pub.run(loadCtx); close(pubDone) }()
 	s.logf("load: %g publishes/s for at least %s; %d round(s) of faults, %s apart", s.cfg.rate, s.cfg.duration, s.cfg.rounds, s.cfg.gap)
 
