@@ -73,25 +73,45 @@ broker-start: ## start the local ActiveMQ Classic in the background (STOMP on 61
 broker-stop: ## stop the local ActiveMQ Classic
 	bash scripts/activemq.sh stop
 
+# BROKER picks the broker of bench, bench-smoke, fault and fault-smoke:
+# artemis (Apache ActiveMQ Artemis, scripts/artemis.sh; the default) or
+# activemq (ActiveMQ Classic, scripts/activemq.sh). ARTEMIS_STOMP_PORT and
+# ARTEMIS_DIR (or ACTIVEMQ_STOMP_PORT and ACTIVEMQ_DIR) choose which local
+# instance bench and bench-smoke start and use.
+BROKER ?= artemis
+
+# bench_broker starts BROKER's local instance, unless it runs, and sets the
+# shell variable url to its BROKER_URL.
+define bench_broker
+case '$(BROKER)' in \
+	artemis) bash scripts/artemis.sh start && url="$$(bash scripts/artemis.sh url)" ;; \
+	activemq) bash scripts/activemq.sh start && url='$(LOCAL_BROKER_URL)' ;; \
+	*) echo "BROKER must be artemis or activemq, not '$(BROKER)'" >&2; exit 2 ;; \
+esac
+endef
+
 .PHONY: bench bench-smoke
-bench: ## benchmark the service against the raw broker (local ActiveMQ Classic + PostgreSQL); table on stdout, bench.json
-	bash scripts/activemq.sh start
-	$(GO) run ./cmd/msgbench -broker '$(LOCAL_BROKER_URL)' $(BENCH_FLAGS)
-bench-smoke: ## run the benchmark with tiny parameters and check every figure (local broker when installed, else embedded)
-	@if bash scripts/activemq.sh installed; then \
-		bash scripts/activemq.sh start && \
-		export BROKER_TEST_URL="$${BROKER_TEST_URL:-$(LOCAL_BROKER_URL)}"; \
+bench: ## benchmark the service against the raw broker (BROKER=artemis|activemq, started if needed; + PostgreSQL); table on stdout, bench.json
+	@$(bench_broker); \
+	$(GO) run ./cmd/msgbench -broker-kind '$(BROKER)' -broker "$$url" $(BENCH_FLAGS)
+bench-smoke: ## run the benchmark with tiny parameters and check every figure (BROKER's local broker when installed, else embedded)
+	@if bash scripts/$(if $(filter activemq,$(BROKER)),activemq,artemis).sh installed; then \
+		$(bench_broker) && \
+		export BROKER_TEST_URL="$${BROKER_TEST_URL:-$$url}"; \
+	else \
+		echo "$(BROKER) is not installed: the benchmark runs on the embedded broker"; \
 	fi; \
 	$(GO) test -count=1 -run 'TestSmoke|TestCheck' -v ./cmd/msgbench
 
-# The fault suite runs its own PostgreSQL cluster and ActiveMQ (temp dir, free
-# ports); it never touches the shared ones. Needs the postgresql and activemq
-# packages (make broker-install). FAULT_FLAGS adds flags, e.g. -keep -json fault.json.
+# The fault suite runs its own PostgreSQL cluster and BROKER (temp dir, free
+# ports); it never touches the shared ones. Needs the postgresql package and
+# the broker installed (bash scripts/artemis.sh install, or make broker-install
+# for ActiveMQ Classic). FAULT_FLAGS adds flags, e.g. -keep -json fault.json.
 .PHONY: fault fault-smoke
-fault: ## fault suite: load through 2 api + 2 dispatcher processes while killing them, the broker and PostgreSQL; fails if an accepted message is lost (~3-4 min)
-	$(GO) run ./cmd/faultsuite $(FAULT_FLAGS)
-fault-smoke: ## the fault suite's short form, for CI (~1.5 min)
-	$(GO) run ./cmd/faultsuite -short $(FAULT_FLAGS)
+fault: ## fault suite: load through 2 api + 2 dispatcher processes while killing them, the broker (BROKER=artemis|activemq) and PostgreSQL; fails if an accepted message is lost (~3-4 min)
+	$(GO) run ./cmd/faultsuite -broker-kind '$(BROKER)' $(FAULT_FLAGS)
+fault-smoke: ## the fault suite's short form, for CI (~1.5 min; BROKER=artemis|activemq)
+	$(GO) run ./cmd/faultsuite -short -broker-kind '$(BROKER)' $(FAULT_FLAGS)
 
 # Fuzz targets as package:Target; go test -fuzz takes one of each per run.
 # Seeds are in each package's testdata/fuzz/<Target>, where a failing input lands.
