@@ -13,8 +13,14 @@ ready() { pg_isready -q -h "$HOST" -p "$PORT" 2>/dev/null; }
 
 can_login() { PGPASSWORD=postgres psql "$1" -Atqc 'select 1' >/dev/null 2>&1; }
 
+# can_login_without_password: the URL works as it is, with no password from
+# the environment or a password file (as the tests will use it).
+can_login_without_password() {
+  env -u PGPASSWORD PGPASSFILE=/dev/null psql "$1" -w -Atqc 'select 1' >/dev/null 2>&1
+}
+
 url() {
-  if can_login "$TRUST_URL"; then echo "$TRUST_URL"; else echo "$PASSFILE_URL"; fi
+  if can_login_without_password "$TRUST_URL"; then echo "$TRUST_URL"; else echo "$PASSFILE_URL"; fi
 }
 
 start_cluster() {
