@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/roomhub/messaging-api/redact"
 )
 
 // Open connects to the broker named by rawURL.
@@ -236,29 +238,6 @@ func parseDurationOption(v string, lo, hi time.Duration) (time.Duration, error) 
 	return d, nil
 }
 
-// Redact returns rawURL with its password replaced by "xxxxx", for logs and
-// error messages. It never returns the password, even for a URL that does not
-// parse.
-func Redact(rawURL string) string {
-	if u, err := url.Parse(rawURL); err == nil {
-		return u.Redacted()
-	}
-	// Unparseable: mask everything between "://" and the last '@' of the authority.
-	scheme, rest, ok := strings.Cut(rawURL, "://")
-	if !ok {
-		if strings.Contains(rawURL, "@") {
-			return "xxxxx"
-		}
-		return rawURL
-	}
-	authority, tail := rest, ""
-	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
-		authority, tail = rest[:i], rest[i:]
-	}
-	at := strings.LastIndex(authority, "@")
-	if at < 0 {
-		return rawURL
-	}
-	user, _, _ := strings.Cut(authority[:at], ":")
-	return scheme + "://" + user + ":xxxxx@" + authority[at+1:] + tail
-}
+// Redact returns rawURL with its passwords masked (the userinfo's, and a
+// query parameter named like one), for logs and errors.
+func Redact(rawURL string) string { return redact.ConnString(rawURL) }

@@ -26,6 +26,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/redact"
 )
 
 // Dialect names the database behind a DB.
@@ -43,8 +44,16 @@ type DB struct {
 }
 
 // Open connects to databaseURL: postgres://… or postgresql://… for PostgreSQL,
-// sqlite:PATH (or sqlite::memory:) for the embedded SQLite.
+// sqlite:PATH (or sqlite::memory:) for the embedded SQLite. Its errors never
+// quote a password of databaseURL.
 func Open(ctx context.Context, databaseURL string, log *slog.Logger) (*DB, error) {
+	db, err := open(ctx, databaseURL, log)
+	// The driver quotes the URL in some errors, masking only some of its
+	// forms (not ?password=).
+	return db, redact.Error(err, databaseURL)
+}
+
+func open(ctx context.Context, databaseURL string, log *slog.Logger) (*DB, error) {
 	cfg := &gorm.Config{
 		TranslateError: true,
 		// Single statements need no BEGIN/COMMIT around them (a round trip
@@ -114,19 +123,9 @@ func sqliteDSN(path string) (string, error) {
 	return "file:" + path + "?" + pragmas + "&_pragma=journal_mode(WAL)", nil
 }
 
-// Redact hides the password of a database URL for logs.
-func Redact(u string) string {
-	at := strings.LastIndex(u, "@")
-	scheme := strings.Index(u, "://")
-	if at < 0 || scheme < 0 || at < scheme {
-		return u
-	}
-	userinfo := u[scheme+3 : at]
-	if i := strings.Index(userinfo, ":"); i >= 0 {
-		return u[:scheme+3] + userinfo[:i] + ":xxxxx" + u[at:]
-	}
-	return u
-}
+// Redact hides the passwords of a database URL (or of a key=value
+// connection string) for logs.
+func Redact(u string) string { return redact.ConnString(u) }
 
 // Dialect tells which database this is.
 func (db *DB) Dialect() Dialect { return db.dialect }

@@ -15,6 +15,7 @@ import (
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/netguard"
 	"github.com/roomhub/messaging-api/push"
+	"github.com/roomhub/messaging-api/redact"
 	"github.com/roomhub/messaging-api/store"
 )
 
@@ -199,6 +200,18 @@ var settings = []setting{
 	{"SHUTDOWN_TIMEOUT", "shutdown-timeout", "15s", "time in-flight requests get to finish on SIGTERM", durationInto(func(c *Config) *time.Duration { return &c.HTTP.ShutdownTimeout })},
 }
 
+// shown is v as an error about setting s quotes it: a connection string
+// with its passwords masked, a secret not at all.
+func (s setting) shown(v string) string {
+	switch s.env {
+	case "DATABASE_URL", "BROKER_URL":
+		return redact.ConnString(v)
+	case "AUTH_BOOTSTRAP_ADMIN_KEY":
+		return redact.Mask
+	}
+	return v
+}
+
 func intInto(lo, hi int, field func(*Config) *int) func(*Config, string) error {
 	return func(c *Config, v string) error {
 		n, err := strconv.Atoi(v)
@@ -254,7 +267,7 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 			v, from = *values[i], "flag -"+s.flag
 		}
 		if err := s.apply(&cfg, v); err != nil {
-			errs = append(errs, fmt.Errorf("%s (%s=%q): %w", s.env, from, v, err))
+			errs = append(errs, fmt.Errorf("%s (%s=%q): %w", s.env, from, s.shown(v), err))
 		}
 	}
 	return cfg, errors.Join(errs...)

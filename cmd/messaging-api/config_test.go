@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"io"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -62,5 +64,47 @@ func TestConfigLogHidesSecrets(t *testing.T) {
 	s := cfg.logValue().String()
 	if strings.Contains(s, "s3cret") || strings.Contains(s, "hunter2") || strings.Contains(s, "bootstrap-0123") {
 		t.Errorf("secrets in log value: %s", s)
+	}
+}
+
+// TestPasswordsNeverShown: a password in any form of DATABASE_URL or
+// BROKER_URL, and the bootstrap key, appear neither in the log nor in the
+// error that stops the process: the start-up line, the driver's own errors
+// and the refusal of a value alike.
+func TestPasswordsNeverShown(t *testing.T) {
+	t.Parallel()
+	sqlite := "sqlite:" + filepath.Join(t.TempDir(), "x.db")
+	cases := []struct {
+		name string
+		args []string
+		env  map[string]string
+	}{
+		{"database URL userinfo", []string{"migrate"}, map[string]string{"DATABASE_URL": "postgres://app:hunter2@127.0.0.1:1/db?connect_timeout=1"}},
+		{"database URL query", []string{"migrate"}, map[string]string{"DATABASE_URL": "postgres://app@127.0.0.1:1/db?password=hunter2&connect_timeout=1"}},
+		{"database URL query the driver refuses", []string{"migrate"}, map[string]string{"DATABASE_URL": "postgres://app@127.0.0.1:1/db?password=hunter2&sslmode=bogus"}},
+		{"database URL flag", []string{"migrate", "-database-url", "postgresql://app@127.0.0.1:1/db?sslpassword=hunter2&connect_timeout=1"}, nil},
+		{"database key=value", []string{"migrate"}, map[string]string{"DATABASE_URL": "host=127.0.0.1 password=hunter2 dbname=db"}},
+		{"database key=value quoted", []string{"migrate"}, map[string]string{"DATABASE_URL": "host=127.0.0.1 password='hunter2 x' dbname=db"}},
+		{"broker URL userinfo", nil, map[string]string{"DATABASE_URL": sqlite, "BROKER_URL": "stomp://app:hunter2@127.0.0.1:1?bogus=1"}},
+		{"broker URL query", nil, map[string]string{"DATABASE_URL": sqlite, "BROKER_URL": "stomp://127.0.0.1:1?passcode=hunter2"}},
+		{"broker URL unparsable", nil, map[string]string{"DATABASE_URL": sqlite, "BROKER_URL": "stomp://app:hunter2@127.0.0.1:1 /%zz"}},
+		{"bootstrap key refused", nil, map[string]string{"DATABASE_URL": sqlite, "AUTH_BOOTSTRAP_ADMIN_KEY": "hunter2 is short"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			err := run(t.Context(), tc.args, func(k string) string { return tc.env[k] }, &logs)
+			if err == nil {
+				t.Fatal("the process started")
+			}
+			for what, text := range map[string]string{"error": err.Error(), "log": logs.String()} {
+				if strings.Contains(text, "hunter2") {
+					t.Errorf("the %s shows the password: %s", what, text)
+				}
+			}
+			if !strings.Contains(err.Error()+logs.String(), "xxxxx") {
+				t.Errorf("nothing says a password was masked: %v\n%s", err, logs.String())
+			}
+		})
 	}
 }
