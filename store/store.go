@@ -152,7 +152,8 @@ func (db *DB) Close() error {
 }
 
 // translate maps a database error onto the features' errors: a missing row to
-// notFound, a duplicate key to conflict, a lost connection to ErrUnavailable.
+// notFound, a duplicate key to conflict, a lost connection to ErrUnavailable,
+// a value PostgreSQL cannot hold to a validation error.
 func translate(err, notFound, conflict error) error {
 	switch {
 	case err == nil:
@@ -163,8 +164,27 @@ func translate(err, notFound, conflict error) error {
 		return conflict
 	case unavailable(err):
 		return fmt.Errorf("database: %w: %w", err, api.ErrUnavailable)
+	case unstorable(err):
+		// The features refuse these values first, naming the field; this
+		// answers 422 rather than 500 for one they let through.
+		return fmt.Errorf("database: %w: %w", err, api.Invalid("request",
+			"holds a value the database cannot store: a NUL character or invalid UTF-8 in text, or a number out of range"))
 	}
 	return err
+}
+
+// unstorable reports whether PostgreSQL (or pgx, encoding a parameter)
+// refused a value as such: text with a NUL character or invalid UTF-8
+// (22021, 22P05), a number out of its column's range (22003, or pgx's
+// "greater than maximum value" before sending it). SQLite stores them all.
+func unstorable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "22021" || pgErr.Code == "22P05" || pgErr.Code == "22003"
+	}
+	msg := err.Error()
+	return strings.Contains(msg, "failed to encode args") &&
+		(strings.Contains(msg, "greater than maximum value") || strings.Contains(msg, "less than minimum value"))
 }
 
 // conflicted reports whether PostgreSQL aborted a transaction to break a
