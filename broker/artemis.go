@@ -109,6 +109,9 @@ func (b *stompBroker) artemisManage(ctx context.Context, operation string, param
 	// Frames of one connection are handled in order, so the reply queue exists
 	// before the request is sent.
 	replyTo := mgmtReplyPrefix + uuid.NewString()
+	if b.replyQueueMade != nil {
+		b.replyQueueMade(replyTo)
+	}
 	sub, err := c.sc.Subscribe(replyTo, stomp.AckAuto, stomp.SubscribeOpt.Header("subscription-type", "ANYCAST"))
 	if err != nil {
 		c.close()
@@ -169,7 +172,7 @@ func (b *stompBroker) dropReplyQueue(c *conn, sub *stomp.Subscription, queue str
 		return
 	}
 	if err := sub.Unsubscribe(); err != nil {
-		b.log.Debug("broker: management reply queue not unsubscribed", "queue", queue, "err", err)
+		b.log.Warn("broker: management reply queue left behind (not unsubscribed)", "queue", queue, "err", err)
 		return
 	}
 	body, _ := json.Marshal([]any{queue, true, true})

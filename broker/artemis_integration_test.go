@@ -9,6 +9,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -91,11 +92,20 @@ func queueNames(t *testing.T, b *stompBroker) []string {
 // queue, which auto-delete does not remove where "#" turns it off; none may
 // stay after queue create/delete cycles and Prepare.
 func TestArtemisManagementLeavesNoQueues(t *testing.T) {
-	b := openArtemis(t, artemisTestURL(t))
+	raw := artemisTestURL(t)
+	b, lister := openArtemis(t, raw), openArtemis(t, raw)
+	var mu sync.Mutex
+	var made []string
+	b.replyQueueMade = func(name string) {
+		mu.Lock()
+		defer mu.Unlock()
+		made = append(made, name)
+	}
 	ctx := t.Context()
-	before := queueNames(t, b)
+	var dests []string
 	for range 5 {
 		d := Destination{Address: "room-test-" + uuid.NewString(), Queue: "subscription-" + uuid.NewString()}
+		dests = append(dests, d.Queue)
 		if err := b.EnsureQueue(ctx, d); err != nil {
 			t.Fatalf("EnsureQueue: %v", err)
 		}
@@ -106,20 +116,14 @@ func TestArtemisManagementLeavesNoQueues(t *testing.T) {
 	if _, err := b.Prepare(ctx, []string{"room-test-prepare"}); err != nil {
 		t.Fatalf("Prepare: %v", err)
 	}
-	// Each listing shows its own reply queue: a name in both is a leftover.
-	first, second := queueNames(t, b), queueNames(t, b)
-	for _, n := range first {
-		if strings.HasPrefix(n, mgmtReplyPrefix) && slices.Contains(second, n) && !slices.Contains(before, n) {
-			t.Errorf("management reply queue %s left behind", n)
-		}
-		if strings.HasPrefix(n, "subscription-") && !slices.Contains(before, n) && slices.Contains(second, n) {
-			// Queues of other tests running in parallel may come and go; ours
-			// are named room-test-*, so only check those addresses.
-			continue
-		}
+	if len(made) < 12 {
+		t.Fatalf("%d management calls seen, want at least 12", len(made))
 	}
-	if t.Failed() {
-		t.Logf("queues: %q", first)
+	names := queueNames(t, lister)
+	for _, n := range append(made, dests...) {
+		if slices.Contains(names, n) {
+			t.Errorf("queue %s left behind", n)
+		}
 	}
 }
 
@@ -144,8 +148,9 @@ func TestArtemisPrepareRefusesMaxDeliveryAttempts(t *testing.T) {
 
 // TestArtemisPrepareWithoutAutoCreate: with auto-create-queues off, Artemis
 // answers a SEND to a missing queue of an existing address with a RECEIPT and
-// drops the message. After Prepare, the broker creates each queue before its
-// first send, so nothing is dropped.
+// drops the message. The broker creates each queue before its first send
+// unless Prepare found that the broker creates queues itself, so nothing is
+// dropped, before Prepare or after it.
 func TestArtemisPrepareWithoutAutoCreate(t *testing.T) {
 	raw := artemisTestURL(t)
 	admin := openArtemis(t, raw)
@@ -156,33 +161,48 @@ func TestArtemisPrepareWithoutAutoCreate(t *testing.T) {
 	if err := admin.EnsureQueue(ctx, existing); err != nil {
 		t.Fatalf("EnsureQueue: %v", err)
 	}
-	dropped := Destination{Address: address, Queue: "dropped"}
-	kept := Destination{Address: address, Queue: "kept"}
+	var made []Destination
 	t.Cleanup(func() {
-		for _, d := range []Destination{existing, dropped, kept} {
+		for _, d := range append(made, existing) {
 			_ = admin.DeleteQueue(context.Background(), d)
 		}
 	})
+	// sendAndReceive sends to a new queue of address and reports whether the
+	// message can be consumed there.
+	sendAndReceive := func(t *testing.T, b *stompBroker) bool {
+		t.Helper()
+		d := Destination{Address: address, Queue: "q-" + uuid.NewString()[:8]}
+		made = append(made, d)
+		if err := b.Send(ctx, Message{Destination: d, Body: []byte("m"), Attempt: 1}); err != nil {
+			t.Fatalf("Send: %v", err)
+		}
+		if err := admin.EnsureQueue(ctx, d); err != nil {
+			t.Fatalf("EnsureQueue: %v", err)
+		}
+		sub, err := b.Subscribe(ctx, d, SubscribeOptions{Prefetch: 1})
+		if err != nil {
+			t.Fatalf("Subscribe: %v", err)
+		}
+		defer sub.Close()
+		select {
+		case got := <-sub.C():
+			if err := got.Ack(ctx); err != nil {
+				t.Errorf("Ack: %v", err)
+			}
+			return true
+		case <-time.After(time.Second):
+			return false
+		}
+	}
 
-	// The broker fact, as a check that the setting took effect.
-	plain := openArtemis(t, raw)
-	if err := plain.Send(ctx, Message{Destination: dropped, Body: []byte("lost"), Attempt: 1}); err != nil {
-		t.Fatalf("Send to a missing queue: %v (Artemis used to answer with a RECEIPT)", err)
+	raw1 := openArtemis(t, raw)
+	raw1.ensureBeforeSend.Store(false)
+	if sendAndReceive(t, raw1) {
+		t.Fatal("Artemis kept a message sent to a missing queue with auto-create-queues off: the setting did not take effect")
 	}
-	if err := admin.EnsureQueue(ctx, dropped); err != nil {
-		t.Fatalf("EnsureQueue: %v", err)
+	if !sendAndReceive(t, openArtemis(t, raw)) {
+		t.Error("before Prepare: the message sent to a missing queue was dropped")
 	}
-	sub, err := plain.Subscribe(ctx, dropped, SubscribeOptions{Prefetch: 1})
-	if err != nil {
-		t.Fatalf("Subscribe: %v", err)
-	}
-	select {
-	case d := <-sub.C():
-		t.Logf("Artemis kept a message sent to a missing queue (%q): the dropping this guards against did not happen", d.Body)
-	case <-time.After(500 * time.Millisecond):
-	}
-	_ = sub.Close()
-
 	prepared := openArtemis(t, raw)
 	warnings, err := prepared.Prepare(ctx, []string{address})
 	if err != nil {
@@ -191,24 +211,14 @@ func TestArtemisPrepareWithoutAutoCreate(t *testing.T) {
 	if !slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, "auto-create-queues is off") }) {
 		t.Errorf("warnings %q do not name auto-create-queues", warnings)
 	}
-	if err := prepared.Send(ctx, Message{Destination: kept, Body: []byte("kept"), Attempt: 1}); err != nil {
-		t.Fatalf("Send after Prepare: %v", err)
+	if !sendAndReceive(t, prepared) {
+		t.Error("after Prepare: the message sent to a missing queue was dropped")
 	}
-	sub, err = prepared.Subscribe(ctx, kept, SubscribeOptions{Prefetch: 1})
-	if err != nil {
-		t.Fatalf("Subscribe: %v", err)
+	if _, err := prepared.Prepare(ctx, []string{"room-" + uuid.NewString()}); err != nil {
+		t.Fatal(err)
 	}
-	defer sub.Close()
-	select {
-	case d := <-sub.C():
-		if string(d.Body) != "kept" {
-			t.Errorf("got %q", d.Body)
-		}
-		if err := d.Ack(ctx); err != nil {
-			t.Errorf("Ack: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the message sent after Prepare was dropped")
+	if prepared.ensureBeforeSend.Load() {
+		t.Error("Prepare on addresses that auto-create queues left ensureBeforeSend on")
 	}
 }
 

@@ -38,11 +38,16 @@ type stompBroker struct {
 	subs   map[*stompSub]struct{}
 	wg     sync.WaitGroup // every goroutine started by the broker
 
-	// ensureBeforeSend is set by Prepare when Artemis does not create a queue
-	// on a SEND; ensured holds the destinations created since (by FQQN).
+	// ensureBeforeSend makes Send create each destination before its first
+	// send (see ensureOnce): on Artemis from the start, until Prepare finds
+	// that the broker creates queues on a SEND. ensured holds the
+	// destinations created since (by FQQN).
 	ensureBeforeSend atomic.Bool
-	ensuredMu        sync.Mutex
-	ensured          map[string]struct{}
+	// replyQueueMade, when set (by tests), hears the name of every
+	// management reply queue.
+	replyQueueMade func(name string)
+	ensuredMu      sync.Mutex
+	ensured        map[string]struct{}
 
 	closeOnce sync.Once
 }
@@ -61,6 +66,7 @@ func openStomp(ctx context.Context, cfg stompConfig, logger *slog.Logger) (*stom
 		subs:    make(map[*stompSub]struct{}),
 		ensured: make(map[string]struct{}),
 	}
+	b.ensureBeforeSend.Store(cfg.dialect == dialectArtemis)
 	// One synchronous dial tells a wrong password or a non-STOMP port apart from a
 	// broker that is merely down: the first fails Open, the second does not.
 	first, err := b.dial(ctx, "sender-1")
@@ -159,8 +165,9 @@ func (b *stompBroker) Send(ctx context.Context, msg Message) error {
 	}
 }
 
-// ensureOnce creates dest before this process first sends to it, when Prepare
-// found that Artemis would drop a message sent to a missing queue.
+// ensureOnce creates dest before this process first sends to it, unless
+// Prepare found that Artemis creates missing queues on a SEND: where it does
+// not, it answers the SEND with a RECEIPT and drops the message.
 func (b *stompBroker) ensureOnce(ctx context.Context, dest Destination) error {
 	if !b.ensureBeforeSend.Load() {
 		return nil

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/metrics"
 	"github.com/roomhub/messaging-api/publish"
@@ -49,10 +50,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	cmd := "serve"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
 		switch args[0] {
-		case "serve", "api", "dispatcher", "migrate":
+		case "serve", "api", "dispatcher", "migrate", "check-broker":
 			cmd, args = args[0], args[1:]
 		default:
-			return fmt.Errorf("unknown command %q (want serve, api, dispatcher, migrate or apikey)", args[0])
+			return fmt.Errorf("unknown command %q (want serve, api, dispatcher, migrate, check-broker or apikey)", args[0])
 		}
 	}
 	cfg, err := loadConfig(args, getenv, stderr)
@@ -61,6 +62,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	logger := newLogger(cfg, stderr)
 	logger.Info("starting", slog.String("command", cmd), slog.Any("config", cfg.logValue()), slog.String("gc", gcSettings()))
+
+	if cmd == "check-broker" {
+		return checkBroker(ctx, cfg, logger, stderr)
+	}
 
 	db, err := store.Open(ctx, cfg.DatabaseURL, logger)
 	if err != nil {
@@ -103,12 +108,27 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	relay := publish.NewRelay(db.Events(), b, relayCfg, clock, logger).Observe(m)
 	purger := publish.NewPurger(db.Events(), cfg.Outbox.Retention, cfg.Outbox.PurgeInterval, clock, logger)
 
+	// A broker whose settings break the delivery contract stops the process
+	// (with that error) once it is reachable; the API serves meanwhile.
+	ctx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
+
 	// Background workers stop after the HTTP server, so requests accepted
-	// during shutdown still get relayed.
+	// during shutdown still get relayed. The relay starts at once (it also
+	// dead-letters what expires while the broker is away); the broker creates
+	// each queue before its first send until Prepare says it need not. The
+	// dispatcher starts once the push queue exists and the settings are checked.
 	workCtx, stopWork := context.WithCancel(context.WithoutCancel(ctx))
 	var wg sync.WaitGroup
+	prepared := make(chan struct{})
+	wg.Go(func() {
+		if err := prepareBroker(workCtx, b, cfg.PushQueue, logger); err != nil {
+			fail(err)
+			return
+		}
+		close(prepared)
+	})
 	wg.Go(func() { relay.Run(workCtx) })
-	wg.Go(func() { ensureQueue(workCtx, b, cfg.PushQueue, logger) })
 	wg.Go(func() { m.WatchBroker(workCtx, b.Connected, time.Second) })
 	withAPI := cmd != "dispatcher"
 	if withAPI {
@@ -120,6 +140,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		d := push.New(cfg.Push, b, db.Push(), db.Push(), push.NewHTTPClient(cfg.Push.Timeout, cfg.PushTarget), clock, logger).
 			Observe(m).WatchDatabase(db.Ping, time.Second).OnParkedReleased(relay.Notify)
 		wg.Go(func() {
+			if !waitClosed(ctx, prepared) {
+				return
+			}
 			if err := d.Run(ctx); err != nil {
 				logger.Error("push dispatcher failed", slog.Any("error", err))
 			}
@@ -135,6 +158,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	err = serve(ctx, cfg, logger, srv)
 	relay.Notify()
+	if cause := context.Cause(ctx); errors.Is(cause, broker.ErrMisconfigured) {
+		return cause
+	}
 	return err
 }
 
@@ -169,19 +195,78 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, handler http.Ha
 	return nil
 }
 
-// ensureQueue creates dest on the broker, retrying while the broker is away:
-// the API accepts publishes into the outbox meanwhile.
-func ensureQueue(ctx context.Context, b broker.Broker, dest broker.Destination, logger *slog.Logger) {
+// prepareBroker creates the push queue and checks the broker's settings
+// (broker.Broker.Prepare) for room addresses and the push queue's address,
+// retrying while the broker is away: the API accepts publishes into the
+// outbox meanwhile. It fails only on a setting the service cannot work with.
+func prepareBroker(ctx context.Context, b broker.Broker, pushQueue broker.Destination, logger *slog.Logger) error {
+	addresses := []string{rooms.Address(uuid.Nil), pushQueue.Address}
 	for wait := time.Second; ; wait = min(wait*2, time.Minute) {
-		err := b.EnsureQueue(ctx, dest)
-		if err == nil || ctx.Err() != nil {
-			return
+		err := b.EnsureQueue(ctx, pushQueue)
+		var warnings []string
+		if err == nil {
+			warnings, err = b.Prepare(ctx, addresses)
 		}
-		logger.WarnContext(ctx, "queue not created yet; retrying", slog.String("queue", dest.FQQN()), slog.Any("error", err), slog.Duration("retry_in", wait))
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(wait):
+		for _, w := range warnings {
+			logger.WarnContext(ctx, "broker: "+w)
 		}
+		switch {
+		case err == nil:
+			logger.InfoContext(ctx, "broker: prepared", slog.String("push_queue", pushQueue.FQQN()))
+			return nil
+		case errors.Is(err, broker.ErrMisconfigured):
+			logger.ErrorContext(ctx, "broker: settings break the delivery contract; stopping", slog.Any("error", err))
+			return err
+		case ctx.Err() != nil:
+			return nil
+		}
+		logger.WarnContext(ctx, "broker: not prepared yet; retrying", slog.String("queue", pushQueue.FQQN()),
+			slog.Any("error", err), slog.Duration("retry_in", wait))
+		if !sleepCtx(ctx, wait) {
+			return nil
+		}
+	}
+}
+
+// checkBroker runs the broker checks of prepareBroker once and prints what
+// they find: an operator's way to see that the broker (its broker.properties
+// included) suits the service before starting it.
+func checkBroker(ctx context.Context, cfg Config, logger *slog.Logger, out io.Writer) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	b, err := broker.Open(ctx, cfg.BrokerURL, logger)
+	if err != nil {
+		return fmt.Errorf("broker: %w", err)
+	}
+	defer b.Close()
+	warnings, err := b.Prepare(ctx, []string{rooms.Address(uuid.Nil), cfg.PushQueue.Address})
+	for _, w := range warnings {
+		fmt.Fprintln(out, "warning:", w)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "ok: %s suits the service (%d warnings)\n", broker.Redact(cfg.BrokerURL), len(warnings))
+	return nil
+}
+
+// waitClosed waits for ch to close; false when ctx ends first.
+func waitClosed(ctx context.Context, ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
 	}
 }

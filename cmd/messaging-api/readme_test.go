@@ -45,6 +45,9 @@ func startServiceLogs(t *testing.T, env map[string]string) (string, *syncBuffer)
 		"PUSH_ALLOWED_CIDRS": loopbackCIDRs,
 		// Tests that check authentication set AUTH_DISABLED themselves.
 		"AUTH_DISABLED": "true",
+		// Services of other tests (or processes) on a shared real broker
+		// must not consume this one's push copies.
+		"PUSH_QUEUE": uniquePushQueue(t),
 	}
 	for k, v := range env {
 		full[k] = v
@@ -203,6 +206,7 @@ func TestReadmeQuickstart(t *testing.T) {
 	// The README's example of a bad request gives the problem it shows.
 	req, _ := http.NewRequest(http.MethodPost, base+"/v1/rooms", strings.NewReader(`{"identifier": "bad id", "deliveryDelay": 0}`))
 	req.Header.Set("Authorization", "Bearer "+apiKey)
+	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
