@@ -21,25 +21,55 @@ build: ## build bin/messaging-api
 run: ## run the service with the embedded defaults (SQLite file, in-process broker) on :8080; push URLs may be on loopback
 	PUSH_ALLOWED_CIDRS=$${PUSH_ALLOWED_CIDRS:-127.0.0.0/8,::1/128} $(GO) run ./cmd/messaging-api serve
 
-.PHONY: run-activemq
-run-activemq: broker-start ## run the service against the local ActiveMQ Classic and PostgreSQL
-	BROKER_URL='$(LOCAL_BROKER_URL)' DATABASE_URL=$${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable} \
+.PHONY: run-artemis
+run-artemis: ## run the service against the local Apache ActiveMQ Artemis (installed from Maven Central on first use) and PostgreSQL
+	bash scripts/artemis.sh start
+	bash scripts/postgres.sh ensure
+	BROKER_URL="$$(bash scripts/artemis.sh url)" DATABASE_URL=$${DATABASE_URL:-$$(bash scripts/postgres.sh url)} \
 		PUSH_ALLOWED_CIDRS=$${PUSH_ALLOWED_CIDRS:-127.0.0.0/8,::1/128} $(GO) run ./cmd/messaging-api serve
 
-.PHONY: test
-test: ## run every test; uses PostgreSQL and starts the local ActiveMQ Classic when it is installed
-	@if bash scripts/activemq.sh installed; then \
-		bash scripts/activemq.sh start && \
-		export BROKER_TEST_URL="$${BROKER_TEST_URL:-$(LOCAL_BROKER_URL)}" \
-		       RESTART_CMD="$${BROKER_TEST_RESTART_CMD:-bash scripts/activemq.sh restart}"; \
-	else \
-		echo "ActiveMQ Classic is not installed (bash scripts/activemq.sh install): broker integration tests will skip"; \
-	fi; \
-	env -u BROKER_TEST_RESTART_CMD $(GO) test -race -count=1 -timeout 20m ./... && \
-	if [ -n "$${RESTART_CMD:-}" ]; then \
-		echo "== broker restart tests (alone: they restart the broker every other package uses)"; \
-		BROKER_TEST_RESTART_CMD="$$RESTART_CMD" $(GO) test -race -count=1 -timeout 10m -run 'TestStompContract/Restart' ./broker/; \
-	fi
+.PHONY: run-activemq
+run-activemq: broker-start ## run the service against the local ActiveMQ Classic and PostgreSQL
+	bash scripts/postgres.sh ensure
+	BROKER_URL='$(LOCAL_BROKER_URL)' DATABASE_URL=$${DATABASE_URL:-$$(bash scripts/postgres.sh url)} \
+		PUSH_ALLOWED_CIDRS=$${PUSH_ALLOWED_CIDRS:-127.0.0.0/8,::1/128} $(GO) run ./cmd/messaging-api serve
+
+# Tests use the local PostgreSQL (scripts/postgres.sh ensure installs and starts
+# it) unless TEST_DATABASE_URL names another.
+TEST_DATABASE_URL ?= $(shell bash scripts/postgres.sh url 2>/dev/null)
+export TEST_DATABASE_URL
+
+# The packages whose tests use a real broker (they read BROKER_TEST_URL): they
+# run once more on ActiveMQ Classic after the whole suite ran on Artemis.
+BROKER_TEST_PKGS = $$(grep -rl --include='*_test.go' BROKER_TEST_URL . | xargs -n1 dirname | sort -u)
+
+# test_on runs the tests of $(2) against the broker $(1) (artemis or activemq):
+# everything but the restart tests, then those alone (they restart the broker
+# every other package uses). Without the broker installed the broker tests
+# skip, except on CI (CI=true), where they fail.
+define test_on
+if bash scripts/$(1).sh installed || [ "$${CI:-}" = true ]; then \
+	bash scripts/$(1).sh start && \
+	url="$$(if [ $(1) = artemis ]; then bash scripts/artemis.sh url; else echo '$(LOCAL_BROKER_URL)'; fi)" && \
+	echo "== tests on $(1) ($(2))" && \
+	env -u BROKER_TEST_RESTART_CMD BROKER_TEST_URL="$$url" $(GO) test -race -count=1 -timeout 20m $(2) && \
+	echo "== broker restart tests on $(1)" && \
+	BROKER_TEST_URL="$$url" BROKER_TEST_RESTART_CMD="bash scripts/$(1).sh restart" \
+		$(GO) test -race -count=1 -timeout 10m -run 'TestStompContract/Restart' ./broker/; \
+else \
+	echo "$(1) is not installed (bash scripts/$(1).sh install): its broker tests skip"; \
+	env -u BROKER_TEST_RESTART_CMD $(GO) test -race -count=1 -timeout 20m $(2); \
+fi
+endef
+
+.PHONY: test test-artemis test-activemq
+test: ## run every test against PostgreSQL and Artemis, then the broker tests against ActiveMQ Classic
+	@$(MAKE) --no-print-directory test-artemis
+	@$(MAKE) --no-print-directory test-activemq TEST_PKGS="$(BROKER_TEST_PKGS)"
+test-artemis: ## run every test against the local Artemis (started, and installed from Maven Central, if needed)
+	@$(call test_on,artemis,$(or $(TEST_PKGS),./...))
+test-activemq: ## run every test against the local ActiveMQ Classic (TEST_PKGS narrows it)
+	@$(call test_on,activemq,$(or $(TEST_PKGS),./...))
 
 .PHONY: test-short
 test-short: ## unit tests only: no PostgreSQL, no broker
