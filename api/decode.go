@@ -7,27 +7,26 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
 )
 
 // Decode reads the JSON request body into v strictly: unknown fields, wrong
-// types and trailing data are errors that name the field, so a typo in a field
-// name is reported rather than silently ignored.
+// types, trailing data, a member name given twice, text that is not UTF-8 and
+// a NUL character in a text field are errors that name the field, so a typo
+// in a field name is reported rather than silently ignored. A body that is not
+// declared JSON gets 415 (see readBody).
 func Decode(c echo.Context, v any) error {
-	body, err := io.ReadAll(c.Request().Body)
+	body, err := readBody(c)
 	if err != nil {
-		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
-			return echo.NewHTTPError(http.StatusRequestEntityTooLarge,
-				fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit))
-		}
-		return fmt.Errorf("read request body: %w", err)
+		return err
 	}
 	return DecodeBytes(body, v)
 }
@@ -35,14 +34,59 @@ func Decode(c echo.Context, v any) error {
 // DecodeOptional is Decode for a body that may be left out: an empty body
 // leaves v as it is.
 func DecodeOptional(c echo.Context, v any) error {
-	body, err := io.ReadAll(c.Request().Body)
+	body, err := readBody(c)
 	if err != nil {
-		return Decode(c, v) // reports the read error as Decode does
+		return err
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
 	return DecodeBytes(body, v)
+}
+
+// readBody reads the request body. One that is not empty (whitespace counts
+// as empty) must be declared JSON: Content-Type application/json or
+// application/*+json, with any parameters but a charset other than UTF-8;
+// anything else, a missing Content-Type included, gets 415. An empty body
+// needs no Content-Type, so that operations whose body is optional may be
+// called without one.
+func readBody(c echo.Context) ([]byte, error) {
+	body, err := io.ReadAll(c.Request().Body)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, echo.NewHTTPError(http.StatusRequestEntityTooLarge,
+				fmt.Sprintf("request body exceeds %d bytes", tooBig.Limit))
+		}
+		return nil, fmt.Errorf("read request body: %w", err)
+	}
+	if len(bytes.TrimSpace(body)) > 0 {
+		if err := checkContentType(c.Request().Header.Get(echo.HeaderContentType)); err != nil {
+			return nil, err
+		}
+	}
+	return body, nil
+}
+
+// checkContentType refuses a request body declared as anything but JSON.
+func checkContentType(ct string) error {
+	if ct == "" {
+		return echo.NewHTTPError(http.StatusUnsupportedMediaType,
+			"the request has a body but no Content-Type: send it as application/json")
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	switch {
+	case err != nil:
+		return echo.NewHTTPError(http.StatusUnsupportedMediaType,
+			fmt.Sprintf("Content-Type %q is not a media type: send application/json", ct))
+	case mt != "application/json" && !(strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")):
+		return echo.NewHTTPError(http.StatusUnsupportedMediaType,
+			fmt.Sprintf("Content-Type %q is not JSON: send application/json", mt))
+	case params["charset"] != "" && !strings.EqualFold(params["charset"], "utf-8"):
+		return echo.NewHTTPError(http.StatusUnsupportedMediaType,
+			fmt.Sprintf("charset %q is not UTF-8: JSON is sent as UTF-8", params["charset"]))
+	}
+	return nil
 }
 
 // DecodeBytes is Decode for a body already read.
@@ -60,6 +104,15 @@ func DecodeBytes(body []byte, v any) error {
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return &ValidationError{Status: http.StatusBadRequest, Fields: []FieldError{{Field: "body", Message: "unexpected data after the JSON value"}}}
+	}
+	// After the decoder, so that a malformed body is reported as such.
+	if ve := checkJSON(body); ve != nil {
+		return ve
+	}
+	if mayHoldNUL(body) {
+		if ve := checkText(v); ve != nil {
+			return ve
+		}
 	}
 	return nil
 }
@@ -174,7 +227,9 @@ func DecodeCursor(cursor string) (string, error) {
 		return "", nil
 	}
 	b, err := base64.RawURLEncoding.DecodeString(cursor)
-	if err != nil || len(b) == 0 {
+	// Every cursor this API makes holds an identifier or an id: printable
+	// text, which is what a database text column can compare.
+	if err != nil || len(b) == 0 || !utf8.Valid(b) || bytes.IndexByte(b, 0) >= 0 {
 		return "", Invalid("cursor", "is not a cursor this API returned")
 	}
 	return string(b), nil

@@ -48,6 +48,28 @@ func Invalid(field, format string) *ValidationError {
 	return &ValidationError{Fields: []FieldError{{Field: field, Message: format}}}
 }
 
+// FieldCause is an error about one field of the request that keeps the status
+// of its cause: a 404 for the event type a batch's third message names, say.
+// The problem answer lists the field in errors, as a validation error does.
+type FieldCause struct {
+	FieldError
+	Err error
+}
+
+func (e *FieldCause) Error() string { return e.Field + ": " + e.Err.Error() }
+
+// Unwrap makes errors.Is and errors.As see the cause.
+func (e *FieldCause) Unwrap() error { return e.Err }
+
+// InField names the request field err is about (pointer, when not empty, is
+// its RFC 6901 pointer into the body); nil stays nil.
+func InField(field, pointer string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &FieldCause{FieldError: FieldError{Field: field, Pointer: pointer, Message: err.Error()}, Err: err}
+}
+
 // Problems collects field errors while a request is validated.
 type Problems struct {
 	fields []FieldError

@@ -64,6 +64,15 @@ func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 }
 
 func toProblem(err error) Problem {
+	p := problemOf(err)
+	var fc *FieldCause
+	if p.Status < 500 && len(p.Errors) == 0 && errors.As(err, &fc) {
+		p.Errors = []FieldError{fc.FieldError}
+	}
+	return p
+}
+
+func problemOf(err error) Problem {
 	var ve *ValidationError
 	var he *echo.HTTPError
 	var rl *RateLimitedError
