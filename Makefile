@@ -22,17 +22,35 @@ run: ## run the service with the embedded defaults (SQLite file, in-process brok
 	PUSH_ALLOWED_CIDRS=$${PUSH_ALLOWED_CIDRS:-127.0.0.0/8,::1/128} $(GO) run ./cmd/messaging-api serve
 
 .PHONY: run-artemis
-run-artemis: ## run the service against the local Apache ActiveMQ Artemis (installed from Maven Central on first use) and PostgreSQL
+run-artemis: ## run the service against the local Apache ActiveMQ Artemis (installed from Maven Central on first use) and PostgreSQL; prints a first admin API key
 	bash scripts/artemis.sh start
 	bash scripts/postgres.sh ensure
-	BROKER_URL="$$(bash scripts/artemis.sh url)" DATABASE_URL=$${DATABASE_URL:-$$(bash scripts/postgres.sh url)} \
-		PUSH_ALLOWED_CIDRS=$${PUSH_ALLOWED_CIDRS:-127.0.0.0/8,::1/128} $(GO) run ./cmd/messaging-api serve
+	@db=$(LOCAL_DATABASE_URL) && export BROKER_URL="$$(bash scripts/artemis.sh url)" DATABASE_URL="$${DATABASE_URL:-$$db}" \
+		PUSH_ALLOWED_CIDRS="$${PUSH_ALLOWED_CIDRS:-127.0.0.0/8,::1/128}" && \
+	$(first_admin_key) && \
+	$(GO) run ./cmd/messaging-api serve
 
 .PHONY: run-activemq
-run-activemq: broker-start ## run the service against the local ActiveMQ Classic and PostgreSQL
+run-activemq: broker-start ## run the service against the local ActiveMQ Classic and PostgreSQL; prints a first admin API key
 	bash scripts/postgres.sh ensure
-	BROKER_URL='$(LOCAL_BROKER_URL)' DATABASE_URL=$${DATABASE_URL:-$$(bash scripts/postgres.sh url)} \
-		PUSH_ALLOWED_CIDRS=$${PUSH_ALLOWED_CIDRS:-127.0.0.0/8,::1/128} $(GO) run ./cmd/messaging-api serve
+	@db=$(LOCAL_DATABASE_URL) && export BROKER_URL='$(LOCAL_BROKER_URL)' DATABASE_URL="$${DATABASE_URL:-$$db}" \
+		PUSH_ALLOWED_CIDRS="$${PUSH_ALLOWED_CIDRS:-127.0.0.0/8,::1/128}" && \
+	$(first_admin_key) && \
+	$(GO) run ./cmd/messaging-api serve
+
+# The database of run-artemis and run-activemq: the local PostgreSQL's
+# "postgres" database (the tests use "test").
+LOCAL_DATABASE_URL = "$$(bash scripts/postgres.sh url | sed 's,/test?,/postgres?,')"
+
+# first_admin_key makes an admin API key in DATABASE_URL when it has none, and
+# prints it once (as make run does on its SQLite file).
+define first_admin_key
+$(GO) run ./cmd/messaging-api migrate && \
+if ! $(GO) run ./cmd/messaging-api apikey list | grep -q ' admin '; then \
+	key=$$($(GO) run ./cmd/messaging-api apikey create -role admin -name "local admin") && \
+	printf '\n  A first admin API key (shown only now; keep it):\n\n    export API_KEY=%s\n\n' "$$key"; \
+fi
+endef
 
 # Tests use the local PostgreSQL (scripts/postgres.sh ensure installs and starts
 # it) unless TEST_DATABASE_URL names another.

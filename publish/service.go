@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -310,28 +311,34 @@ func (s *Service) prepare(ctx context.Context, room rooms.Room, in Input, field,
 			probs.Add(field+"attributes."+k, "must not contain control characters other than tab")
 		}
 	}
-	if len(in.Payload) == 0 {
+	switch {
+	case len(in.Payload) == 0:
 		probs.Add(field+"payload", "is required (any JSON value; null is allowed only if the schema allows it)")
-	} else if s.limits.MaxPayload > 0 && len(in.Payload) > s.limits.MaxPayload {
+	case s.limits.MaxPayload > 0 && len(in.Payload) > s.limits.MaxPayload:
 		probs.Add(field+"payload", fmt.Sprintf("is %d bytes, more than the limit of %d (PUBLISH_MAX_PAYLOAD)", len(in.Payload), s.limits.MaxPayload))
+	case !utf8.Valid(in.Payload):
+		// It is stored and delivered byte for byte: JSON text is UTF-8.
+		probs.Add(field+"payload", "is not valid UTF-8: JSON text must be UTF-8")
 	}
 	if in.EventType == "" {
 		probs.Add(field+"eventType", "is required")
 		return ev, false, nil
 	}
-	if in.EventTypeVersion != nil && *in.EventTypeVersion < 1 {
-		probs.Add(field+"eventTypeVersion", "must be a positive integer")
+	if in.EventTypeVersion != nil && !rooms.ValidVersion(*in.EventTypeVersion) {
+		probs.Add(field+"eventTypeVersion", fmt.Sprintf("must be an integer from 1 to %d", rooms.MaxVersion))
 		return ev, false, nil
 	}
+	// What the request names and does not exist is a 404 naming the field,
+	// which in a batch says which message.
 	et, err := s.catalog.EventTypeOf(ctx, room.ID, in.EventType)
 	if err != nil {
-		return ev, false, err
+		return ev, false, api.InField(field+"eventType", pointer+"/eventType", err)
 	}
 	var version rooms.Version
 	if in.EventTypeVersion != nil {
 		version, err = s.catalog.VersionOf(ctx, et.ID, *in.EventTypeVersion)
 		if err != nil {
-			return ev, false, err
+			return ev, false, api.InField(field+"eventTypeVersion", pointer+"/eventTypeVersion", err)
 		}
 	} else {
 		vs, err := s.catalog.VersionsOf(ctx, et.ID)
@@ -339,7 +346,7 @@ func (s *Service) prepare(ctx context.Context, room rooms.Room, in Input, field,
 			return ev, false, err
 		}
 		if len(vs) == 0 {
-			return ev, false, ErrNoVersions
+			return ev, false, api.InField(field+"eventType", pointer+"/eventType", ErrNoVersions)
 		}
 		version = vs[len(vs)-1]
 	}
@@ -418,6 +425,11 @@ func (s *Service) Events(ctx context.Context, ref, correlationID string, page ap
 	room, err := s.catalog.Room(ctx, ref)
 	if err != nil {
 		return nil, nil, err
+	}
+	if correlationID != "" && (len(correlationID) > maxCorrelationID || !printableHeader.MatchString(correlationID)) {
+		// No event has it (publishing refuses it), and the database may refuse
+		// to compare it (a NUL character, invalid UTF-8).
+		return nil, nil, api.Invalid("correlationId", fmt.Sprintf("must be 1 to %d printable ASCII characters", maxCorrelationID))
 	}
 	q := EventQuery{RoomID: room.ID, CorrelationID: correlationID, Limit: page.Limit}
 	if q.Before, err = page.AfterID(); err != nil {

@@ -96,6 +96,14 @@ func (t guardedTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // CloseIdleConnections lets http.Client.CloseIdleConnections reach the pool.
 func (t guardedTransport) CloseIdleConnections() { t.next.CloseIdleConnections() }
 
+// storableText is a response body as text a database column holds: bytes
+// that are not UTF-8 (a binary body, a character cut by the size cap) and
+// NUL characters become U+FFFD, so that recording the outcome cannot fail on
+// PostgreSQL (and reads the same on SQLite).
+func storableText(b []byte) string {
+	return strings.ToValidUTF8(strings.ReplaceAll(string(b), "\x00", "\uFFFD"), "\uFFFD")
+}
+
 // post delivers r and classifies the outcome; maxBody bounds what is read of
 // the response.
 func post(ctx context.Context, client *http.Client, r Request, maxBody int64, now func() time.Time) Outcome {
@@ -118,7 +126,7 @@ func post(ctx context.Context, client *http.Client, r Request, maxBody int64, no
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 	// Drain a little more so the connection can be reused; give up on large bodies.
 	_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
-	o := Outcome{StatusCode: resp.StatusCode, Latency: time.Since(start), Body: string(body)}
+	o := Outcome{StatusCode: resp.StatusCode, Latency: time.Since(start), Body: storableText(body)}
 	switch c := resp.StatusCode; {
 	case c >= 200 && c < 300:
 		o.Result = Delivered

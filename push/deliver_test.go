@@ -282,3 +282,18 @@ func TestPostRetryAfter(t *testing.T) {
 		})
 	}
 }
+
+// TestPostBodyIsText: a response body that is not UTF-8 text (binary, a
+// character cut by the cap, NUL) is recorded as valid text, so that the
+// database takes it.
+func TestPostBodyIsText(t *testing.T) {
+	t.Parallel()
+	rcv := newReceiver(t, func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, "a\x00b\xffc€")
+	})
+	out := postTo(t, rcv.URL, 5*time.Second, 7, time.Now()) // cuts "€" after two of its three bytes
+	if want := "a\uFFFDb\uFFFDc\uFFFD"; out.Body != want {
+		t.Errorf("Body %q, want %q", out.Body, want)
+	}
+}

@@ -291,7 +291,7 @@ func (h handlers) listVersions(c echo.Context) error {
 
 func versionParam(c echo.Context) (int, error) {
 	v, err := strconv.Atoi(c.Param("version"))
-	if err != nil || v < 1 {
+	if err != nil || !ValidVersion(v) {
 		return 0, ErrVersionNotFound
 	}
 	return v, nil

@@ -306,20 +306,33 @@ func (s *Service) EventType(ctx context.Context, ref, identifier string) (Room, 
 	if err != nil {
 		return Room{}, EventType{}, err
 	}
-	et, err := s.store.EventType(ctx, r.ID, identifier)
+	et, err := s.EventTypeOf(ctx, r.ID, identifier)
 	if err != nil {
 		return Room{}, EventType{}, err
 	}
 	return r, et, nil
 }
 
-// EventTypeOf finds an event type of a resolved room.
+// EventTypeOf finds an event type of a resolved room. A string that cannot
+// be an identifier is not looked up: no event type has it, and the database
+// may refuse to compare it (a NUL character, invalid UTF-8).
 func (s *Service) EventTypeOf(ctx context.Context, roomID uuid.UUID, identifier string) (EventType, error) {
+	if len(identifier) > maxIdentifierLength || !identifierPattern.MatchString(identifier) {
+		return EventType{}, ErrEventTypeNotFound
+	}
 	return s.store.EventType(ctx, roomID, identifier)
 }
 
+// ValidVersion reports whether v can be a version number: from 1 to
+// MaxVersion, which the database's integer column holds. Other numbers name
+// no version.
+func ValidVersion(v int) bool { return v >= 1 && v <= MaxVersion }
+
 // VersionOf finds one version of a resolved event type.
 func (s *Service) VersionOf(ctx context.Context, eventTypeID uuid.UUID, version int) (Version, error) {
+	if !ValidVersion(version) {
+		return Version{}, ErrVersionNotFound
+	}
 	return s.store.Version(ctx, eventTypeID, version)
 }
 
@@ -411,7 +424,7 @@ func (s *Service) Version(ctx context.Context, ref, eventType string, version in
 	if err != nil {
 		return Version{}, err
 	}
-	return s.store.Version(ctx, et.ID, version)
+	return s.VersionOf(ctx, et.ID, version)
 }
 
 // DeleteVersion deletes a version unless a subscription names it.
@@ -419,6 +432,9 @@ func (s *Service) DeleteVersion(ctx context.Context, ref, eventType string, vers
 	_, et, err := s.EventType(ctx, ref, eventType)
 	if err != nil {
 		return err
+	}
+	if !ValidVersion(version) {
+		return ErrVersionNotFound
 	}
 	return s.store.DeleteVersion(ctx, et.ID, version)
 }
