@@ -164,7 +164,7 @@ fault-smoke: ## the fault suite's short form, for CI (~1.5 min; BROKER=artemis|a
 # Fuzz targets as package:Target; go test -fuzz takes one of each per run.
 # Seeds are in each package's testdata/fuzz/<Target>, where a failing input lands.
 FUZZ_TARGETS := api:FuzzDecodeBytes api:FuzzNullable api:FuzzCheckJSON \
-	rooms:FuzzRoomRequest subscriptions:FuzzSubscriptionRequest publish:FuzzPublishRequest \
+	rooms:FuzzRoomRequest rooms:FuzzCompileSchema subscriptions:FuzzSubscriptionRequest publish:FuzzPublishRequest \
 	retry:FuzzFourPhase retry:FuzzExponential retry:FuzzBackoff retry:FuzzRetryPolicyJSON retry:FuzzPreview \
 	push:FuzzParseRetryAfter push:FuzzRetryAfterForms push:FuzzEventOf push:FuzzEventOfHeaders \
 	broker:FuzzHeaderRoundTrip broker:FuzzDecodeMessage redact:FuzzConnString

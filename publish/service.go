@@ -352,7 +352,7 @@ func (s *Service) prepare(ctx context.Context, room rooms.Room, in Input, field,
 	}
 	ev.EventTypeID, ev.EventType, ev.Version = et.ID, et.Identifier, version.Version
 	if len(in.Payload) > 0 {
-		schema, err := s.schemas.get(version)
+		schema, err := s.schemas.get(ctx, version)
 		if err != nil {
 			return ev, false, err
 		}

@@ -1,7 +1,7 @@
 package publish
 
 import (
-	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -24,7 +24,7 @@ const maxViolations = 50
 // includes its creation time.
 type schemaCache struct {
 	mu sync.RWMutex
-	m  map[schemaKey]*jsonschema.Schema
+	m  map[schemaKey]*rooms.Schema
 }
 
 type schemaKey struct {
@@ -33,7 +33,7 @@ type schemaKey struct {
 	createdAt   int64
 }
 
-func (c *schemaCache) get(v rooms.Version) (*jsonschema.Schema, error) {
+func (c *schemaCache) get(ctx context.Context, v rooms.Version) (*rooms.Schema, error) {
 	k := schemaKey{v.EventTypeID, v.Version, v.CreatedAt.UnixNano()}
 	c.mu.RLock()
 	s, ok := c.m[k]
@@ -41,13 +41,20 @@ func (c *schemaCache) get(v rooms.Version) (*jsonschema.Schema, error) {
 	if ok {
 		return s, nil
 	}
-	s, err := rooms.CompileSchema(v.Schema)
+	s, err := rooms.CompileSchema(ctx, v.Schema)
+	var refused *rooms.PointerError
+	if errors.As(err, &refused) {
+		// Stored before the schema limits were set: the version can take
+		// no payload, and the publisher must be told why.
+		return nil, fmt.Errorf("event type version %d: its schema exceeds the schema limits (%v); create a new version: %w",
+			v.Version, refused, api.ErrConflict)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("stored schema of version %d: %w", v.Version, err)
+		return nil, err
 	}
 	c.mu.Lock()
 	if c.m == nil || len(c.m) > 10_000 {
-		c.m = map[schemaKey]*jsonschema.Schema{}
+		c.m = map[schemaKey]*rooms.Schema{}
 	}
 	c.m[k] = s
 	c.mu.Unlock()
@@ -60,8 +67,13 @@ var printer = message.NewPrinter(language.English)
 // violation under field (e.g. "payload" or "messages[2].payload") with the
 // JSON pointer of the offending value in the request body (pointer is the
 // payload's own, e.g. "/messages/2/payload").
-func validatePayload(s *jsonschema.Schema, payload []byte, field, pointer string, probs *api.Problems) {
-	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload))
+func validatePayload(s *rooms.Schema, payload []byte, field, pointer string, probs *api.Problems) {
+	inst, err := s.DecodePayload(payload)
+	var refused *rooms.PointerError
+	if errors.As(err, &refused) {
+		probs.AddPointer(field, pointer+refused.Pointer, refused.Message)
+		return
+	}
 	if err != nil {
 		probs.Add(field, "is not valid JSON")
 		return

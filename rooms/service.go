@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"regexp"
@@ -378,8 +379,12 @@ func (s *Service) CreateVersion(ctx context.Context, ref, eventType string, in V
 	}
 	if len(in.Schema) == 0 || string(in.Schema) == "null" {
 		probs.Add("schema", "is required: a JSON Schema document")
-	} else if _, err := CompileSchema(in.Schema); err != nil {
-		probs.Add("schema", err.Error())
+	} else if _, err := CompileSchema(ctx, in.Schema); err != nil {
+		var refused *PointerError
+		if !errors.As(err, &refused) {
+			return Version{}, err
+		}
+		probs.AddPointer("schema", "/schema"+refused.Pointer, refused.Message)
 	}
 	if err := probs.Err(); err != nil {
 		return Version{}, err
