@@ -121,5 +121,8 @@ type Store interface {
 	CreateVersion(ctx context.Context, v Version) error
 	Version(ctx context.Context, eventTypeID uuid.UUID, version int) (Version, error)
 	Versions(ctx context.Context, eventTypeID uuid.UUID) ([]Version, error)
+	// ExistingVersions returns those of versions the event type has, in
+	// ascending order, in one lookup.
+	ExistingVersions(ctx context.Context, eventTypeID uuid.UUID, versions []int) ([]int, error)
 	DeleteVersion(ctx context.Context, eventTypeID uuid.UUID, version int) error
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -340,6 +341,17 @@ func (s *Service) VersionOf(ctx context.Context, eventTypeID uuid.UUID, version 
 // VersionsOf lists a resolved event type's versions, oldest first.
 func (s *Service) VersionsOf(ctx context.Context, eventTypeID uuid.UUID) ([]Version, error) {
 	return s.store.Versions(ctx, eventTypeID)
+}
+
+// ExistingVersions returns those of versions a resolved event type has, in
+// ascending order, in one lookup.
+func (s *Service) ExistingVersions(ctx context.Context, eventTypeID uuid.UUID, versions []int) ([]int, error) {
+	// A number that cannot be a version is not looked up (see ValidVersion).
+	valid := slices.DeleteFunc(slices.Clone(versions), func(v int) bool { return !ValidVersion(v) })
+	if len(valid) == 0 {
+		return nil, nil
+	}
+	return s.store.ExistingVersions(ctx, eventTypeID, valid)
 }
 
 // EventTypes lists the room's event types by identifier.

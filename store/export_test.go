@@ -3,6 +3,10 @@ package store
 import (
 	"context"
 	"log/slog"
+	"sync/atomic"
+	"testing"
+
+	"gorm.io/gorm"
 )
 
 // MigrateTo applies the migrations up to version upTo, for tests of a
@@ -17,4 +21,22 @@ func NoConflictRetries(t interface{ Cleanup(func()) }) {
 	old := conflictRetries
 	conflictRetries = 0
 	t.Cleanup(func() { conflictRetries = old })
+}
+
+// CountQueries counts the reading statements db sends from now on, for
+// tests that a lookup is one query.
+func (db *DB) CountQueries(t testing.TB) *atomic.Int64 {
+	var n atomic.Int64
+	count := func(*gorm.DB) { n.Add(1) }
+	cb := db.gorm.Callback()
+	for name, err := range map[string]error{
+		"query": cb.Query().After("gorm:query").Register("test:count_query", count),
+		"row":   cb.Row().After("gorm:row").Register("test:count_row", count),
+		"raw":   cb.Raw().After("gorm:raw").Register("test:count_raw", count),
+	} {
+		if err != nil {
+			t.Fatalf("count %s statements: %v", name, err)
+		}
+	}
+	return &n
 }

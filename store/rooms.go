@@ -296,6 +296,21 @@ func (s *Rooms) Versions(ctx context.Context, eventTypeID uuid.UUID) ([]rooms.Ve
 	return out, nil
 }
 
+// ExistingVersions implements rooms.Store: one query, whatever the number
+// of versions (the caller bounds it: each is a statement parameter).
+func (s *Rooms) ExistingVersions(ctx context.Context, eventTypeID uuid.UUID, versions []int) ([]int, error) {
+	if len(versions) == 0 {
+		return nil, nil
+	}
+	var out []int
+	err := s.tx(ctx).Model(&versionRow{}).Where("event_type_id = ? AND version IN ?", eventTypeID, versions).
+		Order("version").Pluck("version", &out).Error
+	if err != nil {
+		return nil, translate(err, nil, nil)
+	}
+	return out, nil
+}
+
 // DeleteVersion implements rooms.Store.
 func (s *Rooms) DeleteVersion(ctx context.Context, eventTypeID uuid.UUID, version int) error {
 	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -48,6 +49,7 @@ func FuzzSubscriptionRequest(f *testing.F) {
 		`{"status":"PAUSED"}`, `{"status":"TERMINATED"}`, `{"status":null}`, `{"owner":"team-a"}`,
 		`{"deliveryDelayMultiplier":"NaN"}`, `{"deliveryJitter":1e400}`, `{"ackDeadline":-1}`,
 		`{"eventtypes":[]}`, `{"":0}`, `{}`, `null`, ``, `[`, `{"type":"PUSH"}{}`,
+		`{"eventTypes":[{"eventType":"order.created","versions":[` + strings.Repeat("2,", 100) + `1]}]}`,
 	} {
 		for mode := uint8(0); mode < 3; mode++ {
 			f.Add([]byte(s), mode)
@@ -156,25 +158,21 @@ func (c *fixedCatalog) Room(_ context.Context, ref string) (rooms.Room, error) {
 	return rooms.Room{}, rooms.ErrNotFound
 }
 
-func (c *fixedCatalog) EventType(ctx context.Context, ref, identifier string) (rooms.Room, rooms.EventType, error) {
-	r, err := c.Room(ctx, ref)
-	if err != nil {
-		return rooms.Room{}, rooms.EventType{}, err
+func (c *fixedCatalog) EventTypeOf(_ context.Context, roomID uuid.UUID, identifier string) (rooms.EventType, error) {
+	if roomID != c.room.ID || identifier != "order.created" {
+		return rooms.EventType{}, rooms.ErrEventTypeNotFound
 	}
-	if identifier != "order.created" {
-		return rooms.Room{}, rooms.EventType{}, rooms.ErrEventTypeNotFound
-	}
-	return r, rooms.EventType{ID: fuzzEventID, RoomID: r.ID, Identifier: identifier}, nil
+	return rooms.EventType{ID: fuzzEventID, RoomID: roomID, Identifier: identifier}, nil
 }
 
-func (c *fixedCatalog) Version(ctx context.Context, ref, eventType string, version int) (rooms.Version, error) {
-	if _, _, err := c.EventType(ctx, ref, eventType); err != nil {
-		return rooms.Version{}, err
+func (c *fixedCatalog) ExistingVersions(_ context.Context, eventTypeID uuid.UUID, versions []int) ([]int, error) {
+	var out []int
+	for _, v := range []int{1, 2} {
+		if eventTypeID == fuzzEventID && slices.Contains(versions, v) {
+			out = append(out, v)
+		}
 	}
-	if version != 1 && version != 2 {
-		return rooms.Version{}, rooms.ErrVersionNotFound
-	}
-	return rooms.Version{EventTypeID: fuzzEventID, Version: version, Schema: json.RawMessage(`{}`)}, nil
+	return out, nil
 }
 
 // memSubs is the part of subscriptions.Store the endpoints use; the rest is

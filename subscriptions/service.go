@@ -19,9 +19,13 @@ import (
 	"github.com/roomhub/messaging-api/rooms"
 )
 
+// Limits on a subscription request: each listed event type and version is
+// looked up and stored as a row.
 const (
-	maxFilters     = 100
-	maxPushURLSize = 2048
+	maxFilters        = 100  // event types in eventTypes
+	maxFilterVersions = 100  // versions of one event type
+	maxVersions       = 1000 // versions over all the event types
+	maxPushURLSize    = 2048
 )
 
 // Ack deadline bounds of PULL subscriptions.
@@ -225,6 +229,19 @@ func (svc *Service) resolveFilters(ctx context.Context, room rooms.Room, in []Fi
 		probs.Add("eventTypes", fmt.Sprintf("must name at most %d event types", maxFilters))
 		return nil, nil
 	}
+	total := 0
+	for i, f := range in {
+		total += len(f.Versions)
+		if len(f.Versions) > maxFilterVersions {
+			probs.Add(fmt.Sprintf("eventTypes[%d].versions", i), fmt.Sprintf("must list at most %d versions (none: every version)", maxFilterVersions))
+		}
+	}
+	if total > maxVersions {
+		probs.Add("eventTypes", fmt.Sprintf("must list at most %d versions in all", maxVersions))
+	}
+	if probs.Len() > 0 {
+		return nil, nil // before any lookup
+	}
 	seen := map[string]bool{}
 	out := make([]Filter, 0, len(in))
 	for i, f := range in {
@@ -238,7 +255,7 @@ func (svc *Service) resolveFilters(ctx context.Context, room rooms.Room, in []Fi
 			continue
 		}
 		seen[f.EventType] = true
-		_, et, err := svc.catalog.EventType(ctx, room.ID.String(), f.EventType)
+		et, err := svc.catalog.EventTypeOf(ctx, room.ID, f.EventType)
 		if errors.Is(err, rooms.ErrEventTypeNotFound) {
 			probs.Add(field+".eventType", fmt.Sprintf("event type %q does not exist in room %q", f.EventType, room.Identifier))
 			continue
@@ -246,31 +263,49 @@ func (svc *Service) resolveFilters(ctx context.Context, room rooms.Room, in []Fi
 		if err != nil {
 			return nil, err
 		}
-		versions := make([]int, 0, len(f.Versions))
-		seenV := map[int]bool{}
-		for j, v := range f.Versions {
-			vfield := fmt.Sprintf("%s.versions[%d]", field, j)
-			if seenV[v] {
-				probs.Add(vfield, fmt.Sprintf("version %d is listed twice", v))
-				continue
-			}
-			seenV[v] = true
-			_, err := svc.catalog.Version(ctx, room.ID.String(), f.EventType, v)
-			if errors.Is(err, rooms.ErrVersionNotFound) {
-				probs.Add(vfield, fmt.Sprintf("version %d of event type %q does not exist", v, f.EventType))
-				continue
-			}
-			if err != nil {
-				return nil, err
-			}
-			versions = append(versions, v)
+		versions, err := svc.checkVersions(ctx, et, f.Versions, field, probs)
+		if err != nil {
+			return nil, err
 		}
-		slices.Sort(versions)
 		out = append(out, Filter{EventTypeID: et.ID, EventType: et.Identifier, Versions: versions})
 	}
 	// The order the store reads them back in, so create and get answer alike.
 	slices.SortFunc(out, func(a, b Filter) int { return strings.Compare(a.EventType, b.EventType) })
 	return out, nil
+}
+
+// checkVersions returns listed, sorted, once each problem with a version is
+// in probs: listed twice, or not a version of et. The versions are looked up
+// in one query.
+func (svc *Service) checkVersions(ctx context.Context, et rooms.EventType, listed []int, field string, probs *api.Problems) ([]int, error) {
+	if len(listed) == 0 {
+		return []int{}, nil
+	}
+	exist, err := svc.catalog.ExistingVersions(ctx, et.ID, listed)
+	if err != nil {
+		return nil, err
+	}
+	versions := make([]int, 0, len(listed))
+	seen := map[int]bool{}
+	for j, v := range listed {
+		vfield := fmt.Sprintf("%s.versions[%d]", field, j)
+		switch {
+		case seen[v]:
+			probs.Add(vfield, fmt.Sprintf("version %d is listed twice", v))
+		case !sortedContains(exist, v):
+			probs.Add(vfield, fmt.Sprintf("version %d of event type %q does not exist", v, et.Identifier))
+		default:
+			versions = append(versions, v)
+		}
+		seen[v] = true
+	}
+	slices.Sort(versions)
+	return versions, nil
+}
+
+func sortedContains(s []int, v int) bool {
+	_, found := slices.BinarySearch(s, v)
+	return found
 }
 
 // Create validates p and creates the subscription; a PULL subscription's

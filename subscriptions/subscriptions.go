@@ -145,8 +145,10 @@ type Store interface {
 // Catalog finds rooms, event types and versions (rooms.Service is one).
 type Catalog interface {
 	Room(ctx context.Context, ref string) (rooms.Room, error)
-	EventType(ctx context.Context, ref, identifier string) (rooms.Room, rooms.EventType, error)
-	Version(ctx context.Context, ref, eventType string, version int) (rooms.Version, error)
+	EventTypeOf(ctx context.Context, roomID uuid.UUID, identifier string) (rooms.EventType, error)
+	// ExistingVersions returns those of versions the event type has, in one
+	// lookup.
+	ExistingVersions(ctx context.Context, eventTypeID uuid.UUID, versions []int) ([]int, error)
 }
 
 // Queues creates and removes the broker queues of PULL subscriptions.
