@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -231,6 +232,23 @@ type artemisStatus struct {
 	} `json:"configuration"`
 }
 
+// unappliedProperties lists, from the broker status JSON, the broker
+// properties Artemis did not apply, sorted.
+func unappliedProperties(status string) []string {
+	var st artemisStatus
+	if err := json.Unmarshal([]byte(status), &st); err != nil {
+		return nil
+	}
+	var out []string
+	for file, p := range st.Configuration.Properties {
+		for _, e := range p.Errors {
+			out = append(out, fmt.Sprintf("%s: %s was not applied: %s", file, e.Value, e.Reason))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
 // artemisPrepare reads the address settings that match each address and the
 // broker's status:
 //   - max-delivery-attempts other than -1 is an error: Artemis counts a
@@ -278,14 +296,7 @@ func (b *stompBroker) artemisPrepare(ctx context.Context, addresses []string) ([
 	if err != nil {
 		return nil, fmt.Errorf("broker: read the broker status: %w", err)
 	}
-	var status artemisStatus
-	if err := json.Unmarshal([]byte(raw), &status); err == nil {
-		for file, p := range status.Configuration.Properties {
-			for _, e := range p.Errors {
-				warnings = append(warnings, fmt.Sprintf("%s: %s was not applied: %s", file, e.Value, e.Reason))
-			}
-		}
-	}
+	warnings = append(warnings, unappliedProperties(raw)...)
 	b.ensureBeforeSend.Store(ensure)
 	if len(problems) > 0 {
 		return warnings, fmt.Errorf("%w: %s", ErrMisconfigured, strings.Join(problems, "; "))

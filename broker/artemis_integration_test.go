@@ -141,8 +141,29 @@ func TestArtemisPrepareRefusesMaxDeliveryAttempts(t *testing.T) {
 	if !strings.Contains(err.Error(), "max-delivery-attempts is 10") || !strings.Contains(err.Error(), "maxDeliveryAttempts=-1") {
 		t.Errorf("error does not name the setting and its fix: %v", err)
 	}
-	if _, err := b.Prepare(t.Context(), []string{"room-" + uuid.NewString()}); err != nil {
-		t.Errorf("Prepare on the default settings: %v", err)
+	// The test broker runs with deploy/artemis/broker.properties (as
+	// scripts/artemis.sh and docker-compose.yml start it): every key applies.
+	warnings, err = b.Prepare(t.Context(), []string{"room-" + uuid.NewString()})
+	if err != nil {
+		t.Errorf("Prepare on the settings of broker.properties: %v", err)
+	}
+	if len(warnings) > 0 {
+		t.Errorf("Prepare on the settings of broker.properties warns: %q", warnings)
+	}
+}
+
+func TestUnappliedProperties(t *testing.T) {
+	// As Artemis 2.40 reports a misspelt key of a file given to run --properties.
+	status := `{"configuration":{"properties":{"bp.properties":{"alder32":"1","errors":[` +
+		`{"value":"addressSettings.\"#\".autoDeleteQueue=false","reason":"java.lang.reflect.InvocationTargetException: No accessor method descriptor for: autoDeleteQueue"}]},` +
+		`"system-brokerconfig.":{"alder32":"1"}}},"server":{"state":"STARTED"}}`
+	got := unappliedProperties(status)
+	want := []string{`bp.properties: addressSettings."#".autoDeleteQueue=false was not applied: java.lang.reflect.InvocationTargetException: No accessor method descriptor for: autoDeleteQueue`}
+	if !slices.Equal(got, want) {
+		t.Errorf("unappliedProperties = %q, want %q", got, want)
+	}
+	if got := unappliedProperties(`{"configuration":{"properties":{"broker.properties":{"alder32":"3","errors":[]}}}}`); len(got) != 0 {
+		t.Errorf("no errors: got %q", got)
 	}
 }
 

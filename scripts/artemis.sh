@@ -4,7 +4,8 @@
 # against the SHA-512 pinned here and the one Maven Central serves beside it),
 # unpacked under .local/; the broker instance (config, journal, log) lives in
 # .local/artemis (gitignored). Only STOMP is opened, on 127.0.0.1, with a login.
-# deploy/artemis/broker.properties is copied into the instance at every start.
+# deploy/artemis/broker.properties is applied at every start with
+# `artemis run --properties`, as docker-compose.yml does.
 #
 #   scripts/artemis.sh install      fetch and unpack the distribution, unless already there
 #   scripts/artemis.sh installed    exit 0 when the distribution is unpacked, 1 otherwise
@@ -27,6 +28,8 @@
 #                           (default <repo>/.local/apache-artemis-<version>)
 #   ARTEMIS_USER, ARTEMIS_PASSWORD   the login (default artemis / artemis)
 #   ARTEMIS_JAVA_MEMORY     -Xmx of the broker (default 1G)
+#   ARTEMIS_PROPERTIES      broker properties applied at start
+#                           (default <repo>/deploy/artemis/broker.properties)
 #   ARTEMIS_START_TIMEOUT   seconds to wait for STOMP (default 90)
 #   ARTEMIS_STOP_TIMEOUT    seconds to wait for a graceful stop (default 30)
 set -euo pipefail
@@ -43,7 +46,7 @@ PORT="${ARTEMIS_STOMP_PORT:-61613}"
 USER_NAME="${ARTEMIS_USER:-artemis}"
 PASSWORD="${ARTEMIS_PASSWORD:-artemis}"
 MEMORY="${ARTEMIS_JAVA_MEMORY:-1G}"
-PROPERTIES="$ROOT/deploy/artemis/broker.properties"
+PROPERTIES="${ARTEMIS_PROPERTIES:-$ROOT/deploy/artemis/broker.properties}"
 PIDFILE="$INSTANCE/artemis.pid"
 LOG="$INSTANCE/log/console.log"
 START_TIMEOUT="${ARTEMIS_START_TIMEOUT:-90}"
@@ -93,8 +96,8 @@ cmd_install() {
 }
 
 # create_instance makes the broker instance once per version, then rewrites
-# its acceptors (STOMP on HOST:PORT only) and copies broker.properties at
-# every start, so that a changed port or property file takes effect.
+# its acceptors (STOMP on HOST:PORT only) at every start, so that a changed
+# port takes effect.
 create_instance() {
 	installed || cmd_install
 	local stamp="$INSTANCE/.created-by"
@@ -121,7 +124,8 @@ create_instance() {
 		{ print }
 	' "$xml" >"$xml.new"
 	mv "$xml.new" "$xml"
-	cp "$PROPERTIES" "$INSTANCE/etc/broker.properties"
+	[[ -f "$PROPERTIES" ]] || die "broker properties $PROPERTIES not found"
+	rm -f "$INSTANCE/etc/broker.properties" # applied with --properties instead
 	mkdir -p "$INSTANCE/log"
 }
 
@@ -188,7 +192,7 @@ cmd_start() {
 		echo "=== $(date -Is) starting Artemis $VERSION, STOMP on $HOST:$PORT" >>"$LOG"
 		# setsid: the broker must outlive the shell, and signals sent to the
 		# caller's process group (go test, make) must not reach it.
-		setsid "$INSTANCE/bin/artemis" run </dev/null >>"$LOG" 2>&1 &
+		setsid "$INSTANCE/bin/artemis" run --properties "$PROPERTIES" </dev/null >>"$LOG" 2>&1 &
 		p=$!
 		echo "$p" >"$PIDFILE"
 	fi
@@ -262,7 +266,7 @@ cmd_foreground() {
 	fi
 	create_instance
 	echo "$$" >"$PIDFILE"
-	exec "$INSTANCE/bin/artemis" run
+	exec "$INSTANCE/bin/artemis" run --properties "$PROPERTIES"
 }
 
 case "${1:-}" in
