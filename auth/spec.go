@@ -26,6 +26,12 @@ type GrantSpec struct {
 	EventTypes []string
 }
 
+// Limits on a key's grants: each room is looked up when the key is made.
+const (
+	maxGrants          = 1000 // rooms of one key
+	maxGrantEventTypes = 100  // event types of one granted room
+)
+
 // Roles are every role a key may have.
 var Roles = []string{api.RoleAdmin, api.RoleManager, api.RolePublisher, api.RoleSubscriber}
 
@@ -59,10 +65,14 @@ func (s *Service) validate(ctx context.Context, spec Spec) (Key, error) {
 		probs.Add("rooms", "only publisher and subscriber keys are granted rooms")
 	case grants && len(spec.Rooms) == 0:
 		probs.Add("rooms", "is required for "+k.Role+" keys: the rooms the key may use")
-	case len(spec.Rooms) > 1000:
-		probs.Add("rooms", "must list at most 1000 rooms")
+	case len(spec.Rooms) > maxGrants:
+		probs.Add("rooms", fmt.Sprintf("must list at most %d rooms", maxGrants))
 	}
-	for i, g := range spec.Rooms {
+	grantList := spec.Rooms
+	if !grants || len(grantList) > maxGrants {
+		grantList = nil // refused already: no lookup per room
+	}
+	for i, g := range grantList {
 		field := fmt.Sprintf("rooms[%d]", i)
 		id, err := s.rooms.RoomID(ctx, g.Room)
 		switch {
@@ -74,6 +84,10 @@ func (s *Service) validate(ctx context.Context, spec Spec) (Key, error) {
 		}
 		if k.Role != api.RolePublisher && len(g.EventTypes) > 0 {
 			probs.Add(field+".eventTypes", "only publisher keys are limited to event types")
+		}
+		if len(g.EventTypes) > maxGrantEventTypes {
+			probs.Add(field+".eventTypes", fmt.Sprintf("must list at most %d event types", maxGrantEventTypes))
+			continue
 		}
 		for j, et := range g.EventTypes {
 			if strings.TrimSpace(et) == "" || len(et) > 200 {

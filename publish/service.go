@@ -290,11 +290,13 @@ func (s *Service) prepare(ctx context.Context, room rooms.Room, in Input, field,
 	} else if len(ev.CorrelationID) > maxCorrelationID || !printableHeader.MatchString(ev.CorrelationID) {
 		probs.Add(field+"correlationId", fmt.Sprintf("must be 1 to %d printable ASCII characters", maxCorrelationID))
 	}
-	if len(in.Attributes) > maxAttributes {
+	attrs := in.Attributes
+	if len(attrs) > maxAttributes {
 		probs.Add(field+"attributes", fmt.Sprintf("must have at most %d entries", maxAttributes))
+		attrs = nil // one problem, not one per entry
 	}
 	lower := map[string]string{}
-	for k, v := range in.Attributes {
+	for k, v := range attrs {
 		if prev, dup := lower[strings.ToLower(k)]; dup {
 			// They become X-Attr-<name> HTTP headers, where case does not count.
 			probs.Add(field+"attributes."+k, fmt.Sprintf("differs from %q only in case", prev))
