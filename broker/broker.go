@@ -154,7 +154,8 @@ func (d *Delivery) Ack(ctx context.Context) error {
 type SubscribeOptions struct {
 	// Prefetch bounds how many unacked messages the broker pushes to this
 	// consumer; 0 means the implementation's small default (8, or the STOMP
-	// URL's prefetch option). Artemis counts in bytes: see consumerWindow.
+	// URL's prefetch option). Artemis counts in bytes: see consumerWindow;
+	// larger messages leave room for fewer.
 	Prefetch int
 }
 
@@ -163,6 +164,11 @@ type SubscribeOptions struct {
 // until Close, when the channel is closed.
 type Subscription interface {
 	C() <-chan *Delivery
+	// Full reports whether the broker sends nothing more until a delivery is
+	// acked: the subscription holds as many unacked messages as its prefetch
+	// allows (on Artemis, as many bytes of them), so a reader who has taken
+	// what C already offers will get no more. False when unsure.
+	Full() bool
 	Close() error
 }
 

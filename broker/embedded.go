@@ -363,6 +363,14 @@ var _ Subscription = (*esub)(nil)
 
 func (s *esub) C() <-chan *Delivery { return s.out }
 
+// Full implements Subscription: the messages assigned to s and not yet
+// handed over come without another dispatch.
+func (s *esub) Full() bool {
+	s.e.mu.Lock()
+	defer s.e.mu.Unlock()
+	return !s.closed && len(s.unacked) >= s.prefetch
+}
+
 func (s *esub) wakeUp() {
 	select {
 	case s.wake <- struct{}{}:

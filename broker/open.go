@@ -27,7 +27,7 @@ import (
 //	heartbeat=10s              heart-beat interval both ways; 0 turns heart-beats off (ActiveMQ Classic only:
 //	                           Artemis closes a connection without heart-beats once idle for 60s)
 //	prefetch=8                 prefetch of subscriptions that ask for 0
-//	windowPerMessage=65536     Artemis: consumer-window-size bytes per prefetched message
+//	windowPerMessage=1024      Artemis: consumer-window-size bytes per prefetched message
 //	connectTimeout=10s         bound on TCP + TLS + CONNECT
 //	receiptTimeout=30s         a send without receipt after this drops its connection
 //	maxReconnectDelay=10s      cap of the exponential redial backoff (which starts at 100ms)
@@ -69,6 +69,12 @@ const (
 	dialectActiveMQ dialect = "activemq"
 )
 
+// defaultWindowPerMessage is the Artemis consumer window, in bytes, that one
+// prefetched message is given: a message the service sends with a 200-byte
+// payload is a MESSAGE frame of about 960 bytes, so a prefetch of n holds about
+// n such messages (docs/benchmarks.md#broker-flow-control-and-pulls).
+const defaultWindowPerMessage = 1 << 10
+
 // stompConfig is a parsed STOMP broker URL.
 type stompConfig struct {
 	addr              string // host:port
@@ -94,7 +100,7 @@ func defaultStompConfig() stompConfig {
 		senders:           4,
 		heartbeat:         10 * time.Second,
 		prefetch:          defaultPrefetch,
-		windowPerMessage:  64 << 10,
+		windowPerMessage:  defaultWindowPerMessage,
 		connectTimeout:    10 * time.Second,
 		receiptTimeout:    30 * time.Second,
 		minReconnectDelay: 100 * time.Millisecond,

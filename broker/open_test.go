@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"log/slog"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -201,9 +202,17 @@ func TestBackoff(t *testing.T) {
 
 func TestConsumerWindow(t *testing.T) {
 	c := defaultStompConfig()
-	for _, tc := range []struct{ prefetch, want int }{{1, 0}, {0, 0}, {2, 2 << 16}, {8, 8 << 16}} {
+	for _, tc := range []struct{ prefetch, want int }{{1, 0}, {0, 0}, {2, 2 << 10}, {8, 8 << 10}, {256, 256 << 10}} {
 		if got := c.consumerWindow(tc.prefetch); got != tc.want {
 			t.Errorf("consumerWindow(%d) = %d, want %d", tc.prefetch, got, tc.want)
 		}
+	}
+	// The largest options allowed overflow Artemis' int32: clamped.
+	c, err := parseStompURL("stomp://h:1?prefetch=10000&windowPerMessage=16777216")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.consumerWindow(10000); got != math.MaxInt32 {
+		t.Errorf("consumerWindow(10000) with 16 MiB per message = %d, want %d", got, math.MaxInt32)
 	}
 }

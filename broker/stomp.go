@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync"
@@ -267,14 +268,16 @@ func (cfg stompConfig) destination(d Destination) string {
 }
 
 // consumerWindow is Artemis' consumer-window-size for a prefetch of n messages.
-// Artemis counts bytes, so n messages are budgeted windowPerMessage bytes each
-// (64 KiB by default, above a typical event); n = 1 maps to 0, which Artemis
-// reads as "one unacknowledged message at a time".
+// Artemis counts the bytes of the MESSAGE frames it sends and sends while any
+// are left, so n messages are budgeted windowPerMessage bytes each (see
+// defaultWindowPerMessage) and the consumer holds about n messages of that
+// size, one more at most. n = 1 maps to 0, which Artemis reads as "one
+// unacknowledged message at a time". Artemis parses the header as an int32.
 func (cfg stompConfig) consumerWindow(prefetch int) int {
 	if prefetch <= 1 {
 		return 0
 	}
-	return prefetch * cfg.windowPerMessage
+	return int(min(int64(prefetch)*int64(cfg.windowPerMessage), math.MaxInt32))
 }
 
 // subscribeOptions are the SUBSCRIBE headers besides destination, ack and id.

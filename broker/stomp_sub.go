@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-stomp/stomp/v3"
@@ -33,7 +34,15 @@ type stompSub struct {
 	done       chan struct{} // closed when run has returned
 
 	mu  sync.Mutex
-	cur *conn // connection whose deliveries may be acked; nil between connections
+	cur *conn   // connection whose deliveries may be acked; nil between connections
+	win *window // what cur delivered and was not acked; nil between connections
+}
+
+// window is what the broker has sent on one connection and not had acked:
+// Artemis stops sending once the bytes reach the consumer window, ActiveMQ
+// Classic once the count reaches the prefetch.
+type window struct {
+	count, bytes atomic.Int64
 }
 
 var _ Subscription = (*stompSub)(nil)
@@ -64,10 +73,51 @@ func (s *stompSub) Close() error {
 	return nil
 }
 
-func (s *stompSub) setConn(c *conn) {
+func (s *stompSub) setConn(c *conn, w *window) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.cur = c
+	s.cur, s.win = c, w
+}
+
+// Full implements Subscription. Artemis sends while any of its window is
+// left, and reads a window of 0 as one byte.
+func (s *stompSub) Full() bool {
+	s.mu.Lock()
+	w := s.win
+	s.mu.Unlock()
+	switch {
+	case w == nil:
+		return false
+	case s.b.cfg.dialect == dialectActiveMQ:
+		return w.count.Load() >= int64(s.prefetch)
+	default:
+		return w.bytes.Load() >= int64(max(s.b.cfg.consumerWindow(s.prefetch), 1))
+	}
+}
+
+// frameSize is the size of m's MESSAGE frame as Artemis counts it against the
+// consumer window (StompFrame.getEncodedSize): the command line, the headers
+// escaped as on the wire (go-stomp hands them over unescaped), a blank line,
+// the body, and the NUL and newline that end the frame.
+func frameSize(m *stomp.Message) int64 {
+	n := len(frame.MESSAGE) + 1 + 1 + len(m.Body) + 2
+	for i := range m.Header.Len() {
+		k, v := m.Header.GetAt(i)
+		n += escapedLen(k) + 1 + escapedLen(v) + 1
+	}
+	return int64(n)
+}
+
+// escapedLen is the length of a STOMP 1.2 header key or value once escaped.
+func escapedLen(s string) int {
+	n := len(s)
+	for i := range len(s) {
+		switch s[i] {
+		case '\\', '\n', '\r', ':':
+			n++
+		}
+	}
+	return n
 }
 
 func (s *stompSub) run() {
@@ -95,7 +145,8 @@ func (s *stompSub) consume(c *conn, subscribed func()) (lost bool) {
 		s.b.connectionLost(s.name, c, err)
 		return s.ctx.Err() == nil
 	}
-	s.setConn(c)
+	w := &window{}
+	s.setConn(c, w)
 	subscribed()
 
 	var (
@@ -119,7 +170,7 @@ func (s *stompSub) consume(c *conn, subscribed func()) (lost bool) {
 			if !ok {
 				// Deliveries still queued belong to a dead connection; the broker
 				// redelivers them.
-				s.setConn(nil)
+				s.setConn(nil, nil)
 				_ = c.sock.Close()
 				s.b.connectionLost(s.name, c, cause)
 				return true
@@ -129,7 +180,7 @@ func (s *stompSub) consume(c *conn, subscribed func()) (lost bool) {
 				cause = m.Err
 				continue
 			}
-			queue = append(queue, s.delivery(c, m))
+			queue = append(queue, s.delivery(c, w, m))
 		case out <- head:
 			queue[0] = nil
 			queue = queue[1:]
@@ -148,14 +199,17 @@ func (s *stompSub) consume(c *conn, subscribed func()) (lost bool) {
 			queue[0] = nil
 			queue = queue[1:]
 		case <-s.ctx.Done():
-			s.setConn(nil)
+			s.setConn(nil, nil)
 			c.closeDraining(sub)
 			return false
 		}
 	}
 }
 
-func (s *stompSub) delivery(c *conn, m *stomp.Message) *Delivery {
+func (s *stompSub) delivery(c *conn, w *window, m *stomp.Message) *Delivery {
+	size := frameSize(m)
+	w.count.Add(1)
+	w.bytes.Add(size)
 	id := m.Header.Get(frame.MessageId)
 	msg, err := decodeMessage(s.dest, m.Header, m.Body)
 	if err != nil {
@@ -181,6 +235,8 @@ func (s *stompSub) delivery(c *conn, m *stomp.Message) *Delivery {
 			return err
 		}
 		acked = true
+		w.count.Add(-1)
+		w.bytes.Add(-size)
 		return nil
 	}
 	return d

@@ -15,8 +15,10 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -68,6 +70,8 @@ func Run(t *testing.T, h Harness) {
 			{"RedeliveryAfterClose", s.redeliveryAfterClose},
 			{"RepublishedScheduledMessageIsDelayedAgain", s.republishScheduled},
 			{"ConcurrentSendersAndConsumers", s.concurrent},
+			{"PrefetchBoundsUnackedMessages", s.prefetchBounds},
+			{"ConsumersShareBacklog", s.shareBacklog},
 			{"Close", s.close},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
@@ -711,5 +715,207 @@ func (s *suite) reconnectsAfterRestart(t *testing.T) {
 	}
 	if !b.Connected() {
 		t.Error("Connected() = false after the broker came back")
+	}
+}
+
+// typical returns the i-th message of the size the service sends: its
+// headers (ids, event type, trace context) and a JSON payload of size bytes
+// (200 is typical).
+func typical(d broker.Destination, i, size int) broker.Message {
+	body := fmt.Sprintf(`{"orderId":"A-%d","total":25.5,"note":""}`, i)
+	body = strings.Replace(body, `""`, `"`+strings.Repeat("x", max(size-len(body), 0))+`"`, 1)
+	return broker.Message{
+		Destination: d,
+		Headers: map[string]string{
+			"x-event-id": uuid.NewString(), "x-send-id": uuid.NewString(),
+			"x-room-id": uuid.NewString(), "x-subscription-id": uuid.NewString(),
+			"x-event-type": "order.created", "x-event-version": "1", "x-published-at": "1795649086350469",
+			"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			"x-key":       strconv.Itoa(i),
+		},
+		Body:          []byte(body),
+		ContentType:   "application/json",
+		CorrelationID: uuid.NewString(),
+		Attempt:       1,
+	}
+}
+
+// sendBacklog sends n messages of a payload of size bytes to d from a few
+// senders at once.
+func sendBacklog(t *testing.T, b broker.Broker, d broker.Destination, n, size int) {
+	t.Helper()
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for w := range 8 {
+		wg.Go(func() {
+			for i := w; i < n; i += 8 {
+				if err := b.Send(ctx(t), typical(d, i, size)); err != nil {
+					errs <- err
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("Send: %v", err)
+	}
+}
+
+// eventually polls cond every 10 ms until it holds, and fails with what
+// after within.
+func eventually(t *testing.T, within time.Duration, cond func() bool, what func() string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("after %s: %s", within, what())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// consumer counts what a subscription delivers, acking each delivery or
+// none.
+type consumer struct {
+	n    atomic.Int64
+	done chan struct{}
+}
+
+func consume(t *testing.T, sub broker.Subscription, ack bool) *consumer {
+	c := &consumer{done: make(chan struct{})}
+	go func() {
+		defer close(c.done)
+		for d := range sub.C() {
+			if ack {
+				if err := d.Ack(t.Context()); err != nil && t.Context().Err() == nil {
+					t.Errorf("Ack: %v", err)
+				}
+			}
+			c.n.Add(1)
+		}
+	}()
+	t.Cleanup(func() { _ = sub.Close(); <-c.done })
+	return c
+}
+
+// prefetchBounds: a consumer that acks nothing holds about prefetch
+// messages of a backlog ten times that, says it is Full, and the broker hands
+// the rest to another consumer. Artemis bounds its consumer window in bytes:
+// one message more is allowed there, and fewer large ones.
+func (s *suite) prefetchBounds(t *testing.T) {
+	for _, tc := range []struct {
+		prefetch, size int
+	}{{1, 200}, {10, 200}, {25, 200}, {10, 8 << 10}} {
+		t.Run(fmt.Sprintf("prefetch%d-payload%d", tc.prefetch, tc.size), func(t *testing.T) {
+			t.Parallel()
+			b := s.newBroker(t)
+			d := newDestination(t)
+			total := 10 * tc.prefetch
+			sub := subscribe(t, b, d, tc.prefetch)
+			if sub.Full() {
+				t.Error("Full before any delivery")
+			}
+			holder := consume(t, sub, false)
+			sendBacklog(t, b, d, total, tc.size)
+			eventually(t, 10*time.Second, sub.Full, func() string {
+				return fmt.Sprintf("a consumer with prefetch %d holds %d of %d messages and is not Full", tc.prefetch, holder.n.Load(), total)
+			})
+			// The other consumer drains what the holder was not given; then the
+			// holder's count is final.
+			drain := consume(t, subscribe(t, s.newBroker(t), d, 100), true)
+			eventually(t, 30*time.Second, func() bool { return holder.n.Load()+drain.n.Load() == int64(total) },
+				func() string {
+					return fmt.Sprintf("the holder has %d, the other consumer %d, of %d", holder.n.Load(), drain.n.Load(), total)
+				})
+			held := int(holder.n.Load())
+			t.Logf("prefetch %d, %d-byte payloads: held %d of a backlog of %d unacked; the other consumer took %d",
+				tc.prefetch, tc.size, held, total, total-held)
+			if held > tc.prefetch+max(1, tc.prefetch/5) {
+				t.Errorf("a consumer with prefetch %d held %d unacked messages, want %d (Artemis: %d)", tc.prefetch, held, tc.prefetch, tc.prefetch+1)
+			}
+			if tc.size <= 200 && held < tc.prefetch {
+				t.Errorf("a consumer with prefetch %d held %d unacked messages of %d bytes, want %d", tc.prefetch, held, tc.size, tc.prefetch)
+			}
+			if !sub.Full() {
+				t.Errorf("a consumer holding %d unacked messages is not Full", held)
+			}
+		})
+	}
+}
+
+// shareBacklog: two consumers with the same prefetch that work at the same
+// pace and ack as they go share a backlog about evenly.
+func (s *suite) shareBacklog(t *testing.T) {
+	const (
+		prefetch = 10
+		total    = 400
+	)
+	b := s.newBroker(t)
+	d := newDestination(t)
+	sendBacklog(t, b, d, total, 200)
+
+	// Each consumer takes its first delivery, then waits until the other
+	// has one too, so that neither drains the queue before the other has
+	// subscribed.
+	var (
+		ready   sync.WaitGroup
+		start   = make(chan struct{})
+		counts  [2]atomic.Int64
+		workers sync.WaitGroup
+	)
+	ready.Add(2)
+	var subs []broker.Subscription
+	for i := range counts {
+		sub := subscribe(t, s.newBroker(t), d, prefetch)
+		subs = append(subs, sub)
+		workers.Go(func() {
+			first := true
+			for dl := range sub.C() {
+				if first {
+					ready.Done()
+					<-start
+					first = false
+				}
+				time.Sleep(time.Millisecond) // the same work for each message
+				if err := dl.Ack(t.Context()); err != nil && t.Context().Err() == nil {
+					t.Errorf("Ack: %v", err)
+				}
+				counts[i].Add(1)
+			}
+			if first {
+				ready.Done()
+			}
+		})
+	}
+	// Cleanups run last first: the subscriptions are closed after this one
+	// returns, so it closes them itself before it waits.
+	t.Cleanup(func() {
+		for _, sub := range subs {
+			_ = sub.Close()
+		}
+		workers.Wait()
+	})
+	bothReady := make(chan struct{})
+	go func() { ready.Wait(); close(bothReady) }()
+	select {
+	case <-bothReady:
+	case <-time.After(10 * time.Second):
+		close(start)
+		t.Fatalf("one consumer got nothing in 10 s: the other holds the backlog of %d", total)
+	}
+	close(start)
+	eventually(t, 60*time.Second, func() bool { return counts[0].Load()+counts[1].Load() == total },
+		func() string {
+			return fmt.Sprintf("consumed %d and %d of %d", counts[0].Load(), counts[1].Load(), total)
+		})
+	a, c := counts[0].Load(), counts[1].Load()
+	t.Logf("two consumers with prefetch %d took %d and %d of %d (%.0f %%, %.0f %%)", prefetch, a, c, total,
+		100*float64(a)/total, 100*float64(c)/total)
+	for _, n := range []int64{a, c} {
+		if n < total*4/10 || n > total*6/10 {
+			t.Errorf("two consumers with prefetch %d took %d and %d of %d, want each 40 … 60 %%", prefetch, a, c, total)
+			break
+		}
 	}
 }
