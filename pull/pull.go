@@ -36,6 +36,9 @@ const (
 	// linger is how long a pull that has a message waits for more before it
 	// answers: long enough to batch a burst, short enough to feel immediate.
 	linger = 20 * time.Millisecond
+	// handOver is how long a pull whose subscription is full waits for the
+	// deliveries the subscription already holds: a hand-off between goroutines.
+	handOver = 2 * time.Millisecond
 )
 
 // Errors.

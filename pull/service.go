@@ -75,10 +75,39 @@ func (s *Service) Pull(ctx context.Context, roomRef, id string, n int, wait time
 	// pull did not take.
 	defer bs.Close()
 
-	got := s.receive(ctx, bs, n, wait)
-	if len(got) == 0 {
-		return []Message{}, nil
+	// A pull asks the broker for n messages, but Artemis bounds what it sends
+	// in bytes (see broker.SubscribeOptions): when larger messages fill the
+	// window first, the ones taken are leased and acked, which opens it again,
+	// and the pull takes more, until it has n or the queue has no more.
+	out := []Message{}
+	for taken := 0; taken < n; {
+		got, full := s.receive(ctx, bs, n-taken, wait)
+		if len(got) == 0 {
+			break
+		}
+		msgs, err := s.lease(ctx, sub, got)
+		if err != nil {
+			if len(out) > 0 {
+				// The earlier rounds' leases are stored and their messages
+				// acked: answer them; this round's come again.
+				s.logger.WarnContext(ctx, "pull: leasing more messages failed", slog.Any("error", err))
+				break
+			}
+			return nil, err
+		}
+		out = append(out, msgs...)
+		taken += len(got)
+		if !full {
+			break
+		}
+		wait = linger
 	}
+	return out, nil
+}
+
+// lease stores a lease for each delivery and then acks it on the broker;
+// those that expired before they could be pulled become dead letters.
+func (s *Service) lease(ctx context.Context, sub subscriptions.Subscription, got []*broker.Delivery) ([]Message, error) {
 	now := s.now()
 	leases := make([]Lease, 0, len(got))
 	var expired []Settlement
@@ -121,28 +150,32 @@ func (s *Service) Pull(ctx context.Context, roomRef, id string, n int, wait time
 }
 
 // receive collects up to n deliveries: it waits up to wait for the first,
-// then only briefly for more, so a long poll answers as soon as one arrives.
-func (s *Service) receive(ctx context.Context, bs broker.Subscription, n int, wait time.Duration) []*broker.Delivery {
+// then only briefly for more, so a long poll answers as soon as one arrives,
+// and not at all once the subscription is full (nothing more comes until an
+// ack) and has handed over what it holds. full reports whether it ended so.
+func (s *Service) receive(ctx context.Context, bs broker.Subscription, n int, wait time.Duration) (got []*broker.Delivery, full bool) {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
-	var got []*broker.Delivery
 	for len(got) < n {
 		select {
 		case d, ok := <-bs.C():
 			if !ok {
-				return got
+				return got, false
 			}
 			got = append(got, d)
-			if len(got) == 1 {
+			switch {
+			case bs.Full():
+				timer.Reset(handOver)
+			case len(got) == 1:
 				timer.Reset(linger)
 			}
 		case <-timer.C:
-			return got
+			return got, bs.Full()
 		case <-ctx.Done():
-			return got
+			return got, false
 		}
 	}
-	return got
+	return got, false
 }
 
 // Result is what became of one ack id.

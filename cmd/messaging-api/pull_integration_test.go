@@ -1,12 +1,22 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
 
@@ -211,5 +221,210 @@ func TestPullSurvivesKill(t *testing.T) {
 	}
 	for _, m := range leased[4:] {
 		sub.waitLog(m.EventID, plLogRow{status: "failed", err: "ack deadline exceeded"}, plLogRow{status: "delivered"})
+	}
+}
+
+// plPublishSized publishes n "tick" events whose payloads are about size
+// bytes and returns their event ids.
+func plPublishSized(c client, room string, n, size int) []string {
+	c.t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		var p plPublished
+		plCall(c, "POST", "/v1/rooms/"+room+"/messages",
+			fmt.Sprintf(`{"eventType":"tick","payload":{"n":%d,"pad":"%s"}}`, i, strings.Repeat("x", max(size-20, 0))), 202, &p)
+		ids[i] = p.EventID
+	}
+	return ids
+}
+
+// waitQueued waits until n copies of the subscription wait in its queue:
+// confirmed by the broker ("sent") and not yet pulled.
+func (s plSub) waitQueued(n int) {
+	s.c.t.Helper()
+	pushEventually(s.c.t, 10*time.Second, fmt.Sprintf("%d copies in the queue", n), func() bool {
+		var list struct {
+			Items []plDelivery `json:"items"`
+		}
+		plCall(s.c, "GET", s.path()+"/deliveries?limit=500", "", 200, &list)
+		sent := 0
+		for _, d := range list.Items {
+			if d.Status == "sent" {
+				sent++
+			}
+		}
+		return sent == n
+	})
+}
+
+// TestPullTakesWhatIsWaiting: a pull answers every message already in the
+// queue, up to maxMessages, at once: 5 waiting give one answer of 5, 25 give
+// 10, 10 and 5, with typical and with large payloads (which fill Artemis'
+// consumer window, counted in bytes, before 10 messages do).
+func TestPullTakesWhatIsWaiting(t *testing.T) {
+	t.Parallel()
+	run := func(t *testing.T, c client) {
+		for _, size := range []int{200, 8 << 10} {
+			sub := plSetup(c, plRoom("pull-waiting"), "", "")
+			seen := map[string]bool{}
+			for _, tc := range []struct {
+				queued int
+				want   []int
+			}{{5, []int{5}}, {25, []int{10, 10, 5}}} {
+				plPublishSized(c, sub.room, tc.queued, size)
+				sub.waitQueued(tc.queued)
+				var got []int
+				var took []time.Duration
+				for range tc.want {
+					start := time.Now()
+					// A long poll answers as soon as the first message is there,
+					// so the wait only guards against a slow broker.
+					ms := sub.pull(10, 5000)
+					took = append(took, time.Since(start).Round(time.Millisecond))
+					got = append(got, len(ms))
+					ids := make([]string, len(ms))
+					for i, m := range ms {
+						if seen[m.EventID] {
+							t.Errorf("%s pulled twice", m.EventID)
+						}
+						seen[m.EventID] = true
+						ids[i] = m.AckID
+					}
+					if len(ids) > 0 {
+						sub.ack(ids...)
+					}
+				}
+				t.Logf("%d waiting (%d-byte payloads): pulls of 10 answered %v in %v", tc.queued, size, got, took)
+				if !slices.Equal(got, tc.want) {
+					t.Errorf("%d waiting (%d-byte payloads): pulls of 10 answered %v, want %v", tc.queued, size, got, tc.want)
+				}
+				for _, d := range took {
+					if d > time.Second {
+						t.Errorf("a pull with messages waiting answered after %v, want at once (< 1 s)", d)
+					}
+				}
+			}
+		}
+	}
+	t.Run("embedded", func(t *testing.T) {
+		t.Parallel()
+		run(t, plService(t, nil))
+	})
+	t.Run("broker", func(t *testing.T) {
+		t.Parallel()
+		run(t, client{t: t, base: startService(t, plBrokerEnv(t, realBroker(t), storetest.PostgresSchemaURL(t)))})
+	})
+}
+
+// TestPullLeavesTheRestQueued: a pull of 10 from a queue of 100 takes about
+// 10 off the queue, not the whole prefetch window Artemis would grant in
+// bytes: while it waits to store its leases, another consumer gets the
+// other 90 or so.
+func TestPullLeavesTheRestQueued(t *testing.T) {
+	t.Parallel()
+	brokerURL, dbURL := realBroker(t), storetest.PostgresSchemaURL(t)
+	c := client{t: t, base: startService(t, plBrokerEnv(t, brokerURL, dbURL))}
+	var created struct {
+		Destination string `json:"destination"`
+	}
+	sub := plSetup(c, plRoom("pull-rest"), "", "")
+	plCall(c, "GET", sub.path(), "", 200, &created)
+	const total, pulled = 100, 10
+	plPublishSized(c, sub.room, total, 200)
+	sub.waitQueued(total)
+
+	// Hold the pull between taking its messages and storing their leases.
+	ctx := t.Context()
+	db, err := pgx.Connect(ctx, dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(context.Background())
+	if _, err := tx.Exec(ctx, "LOCK TABLE pull_leases IN SHARE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	answer := make(chan []plMessage, 1)
+	go func() {
+		// Not sub.pull: t.Fatal must not run off the test's goroutine.
+		var out struct {
+			Messages []plMessage `json:"messages"`
+		}
+		resp, err := http.Post(c.base+sub.path()+"/pull", "application/json", strings.NewReader(fmt.Sprintf(`{"maxMessages":%d}`, pulled)))
+		if err != nil {
+			t.Errorf("pull: %v", err)
+			answer <- nil
+			return
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &out) != nil {
+			t.Errorf("pull: %d %s", resp.StatusCode, raw)
+		}
+		answer <- out.Messages
+	}()
+	pushEventually(t, 10*time.Second, "pull waiting to store its leases", func() bool {
+		var waiting int
+		if err := tx.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'pull_leases'::regclass").Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		return waiting > 0
+	})
+
+	address, queue, _ := strings.Cut(created.Destination, "::")
+	b, err := broker.Open(ctx, brokerURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	other, err := b.Subscribe(ctx, broker.Destination{Address: address, Queue: queue}, broker.SubscribeOptions{Prefetch: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	var taken []string
+	take := func(until time.Time, enough int) {
+		for len(taken) < enough {
+			select {
+			case d := <-other.C():
+				taken = append(taken, d.Headers[publish.HeaderEventID])
+				if err := d.Ack(ctx); err != nil {
+					t.Fatal(err)
+				}
+			case <-time.After(time.Until(until)):
+				return
+			}
+		}
+	}
+	take(time.Now().Add(10*time.Second), total-pulled-pulled/2)
+	t.Logf("while a pull of %d held its messages, another consumer took %d of the other %d (the count stops at %d)",
+		pulled, len(taken), total-pulled, total-pulled-pulled/2)
+	if len(taken) < total-pulled-pulled/2 {
+		t.Fatalf("while a pull of %d held its messages, another consumer took %d of %d, want about %d", pulled, len(taken), total, total-pulled)
+	}
+
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := <-answer
+	if len(got) != pulled {
+		t.Fatalf("the pull answered %d messages, want %d", len(got), pulled)
+	}
+	// What the pull was sent beyond its 10 goes back to the queue when it
+	// closes its subscription.
+	take(time.Now().Add(10*time.Second), total-pulled)
+	all := map[string]bool{}
+	for _, id := range taken {
+		all[id] = true
+	}
+	for _, m := range got {
+		all[m.EventID] = true
+	}
+	if len(taken) != total-pulled || len(all) != total {
+		t.Errorf("the pull took %d and the other consumer %d, %d distinct, want %d and %d of %d", len(got), len(taken), len(all), pulled, total-pulled, total)
 	}
 }
