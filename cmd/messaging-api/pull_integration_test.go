@@ -296,7 +296,9 @@ func TestPullTakesWhatIsWaiting(t *testing.T) {
 				}
 				t.Logf("%d waiting (%d-byte payloads): pulls of 10 answered %v in %v", tc.queued, size, got, took)
 				if !slices.Equal(got, tc.want) {
-					t.Errorf("%d waiting (%d-byte payloads): pulls of 10 answered %v, want %v", tc.queued, size, got, tc.want)
+					t.Errorf("%d waiting (%d-byte payloads): pulls of 10 answered %v, want %v "+
+						"(ActiveMQ Classic needs transport.tcpNoDelay=true on its STOMP connector: docs/operations.md)",
+						tc.queued, size, got, tc.want)
 				}
 				for _, d := range took {
 					if d > time.Second {
