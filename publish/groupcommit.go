@@ -31,7 +31,7 @@ type BatchStore interface {
 // few: single events at fan-out 1 cost PostgreSQL 40–55 % less CPU and were
 // accepted 13–19 % faster, but at fan-out 10 (11 rows each) the
 // serialised groups accepted fewer events per second than 16 transactions
-// in parallel (docs/benchmarks.md, session 11).
+// in parallel (docs/benchmarks.md#what-limits-each-figure).
 const (
 	groupMaxEvents = 4
 	groupMaxSends  = 4

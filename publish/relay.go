@@ -265,10 +265,9 @@ func (r *Relay) Healthy() error {
 }
 
 // Run relays until ctx is done: handed-off sends as they come, the rest in
-// rounds of claims. (Several rounds at once were measured: latency rose with
-// them on the 2-core benchmark machine and a backlog did not drain faster;
-// see docs/benchmarks.md, session 3.) It returns when the outcomes of the
-// last sends are recorded.
+// rounds of claims, one at a time: several at once raised latency and did not
+// drain a backlog faster (docs/benchmarks.md#tried-and-not-adopted). It
+// returns when the outcomes of the last sends are recorded.
 func (r *Relay) Run(ctx context.Context) {
 	if r.hand == nil {
 		r.loop(ctx)

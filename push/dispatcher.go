@@ -198,10 +198,9 @@ func DefaultConfig(queue broker.Destination) Config {
 		// progress more; with 128 the fast ones beside it had too few slots
 		// left once a subscription's slot was freed before the commit.
 		// SlowAfter: a quarter of a second marks a hanging endpoint soon
-		// enough that its backlog takes few prefetch slots for long (1 s
-		// gave the fast endpoint beside it 0.44–0.55 × of push alone, 250 ms
-		// 0.58–0.61 ×; docs/benchmarks.md, session 5), and still far above
-		// what a webhook receiver that answers at once takes.
+		// enough that its backlog takes few prefetch slots for long, and is
+		// still far above what a webhook receiver that answers at once takes
+		// (docs/benchmarks.md#what-limits-each-figure).
 		Queue: queue, Workers: 64, PerSubscription: 16, Backlog: 64, SlowAfter: 250 * time.Millisecond, Prefetch: 256,
 		Timeout: 15 * time.Second, MaxResponseBody: 4 << 10, MaxRetryAfter: time.Hour,
 		DeferDelay: time.Second, PausedDelay: 10 * time.Second, CacheTTL: 2 * time.Second,
@@ -412,8 +411,7 @@ type decision struct {
 // outcome is stored: a subscription's slot bounds the requests to its
 // endpoint, not the group commit its worker waits on afterwards. Held
 // through the commit, it capped one subscription at PerSubscription
-// outcomes per commit latency (push alone ran at ~2000/s for its first 2 s;
-// docs/benchmarks.md, session 5).
+// outcomes per commit latency.
 func (p *Dispatcher) handle(ctx context.Context, sched *scheduler, j *job) {
 	p.retryUntilDone(ctx, j, func(ctx context.Context) (decision, error) {
 		dec, err := p.deliver(ctx, j)
@@ -602,9 +600,9 @@ func (p *Dispatcher) deadLetter(s Settlement, ev publish.Event, d *broker.Delive
 // is leased to ParkedOwner until the deferral ends, and the outbox relay of whichever
 // process claims it then sends it; releaseParked may end the lease sooner. A deferral is thus one row in
 // the group commit and an ack, where sending it at once took a scheduled
-// broker send and a second database write (marking the row sent), which cut
-// a fast endpoint beside a hanging one from 0.88–0.94 × to 0.66–0.69 × of
-// push alone (docs/benchmarks.md, session 6). A PAUSED subscription's held
+// broker send and a second database write (marking the row sent), which
+// slowed a fast endpoint beside a hanging one by a quarter
+// (docs/benchmarks.md#what-limits-each-figure). A PAUSED subscription's held
 // messages still go to the broker's scheduler: they may be many and wait
 // minutes, which the outbox's claims would have to step over.
 func (p *Dispatcher) settle(ctx context.Context, d *broker.Delivery, dec *decision) error {

@@ -14,8 +14,7 @@ import (
 // string as a binary uuid fails (and formats an error message), pgx parses
 // the string back and encodes it again. That was 9 % of a serve process's
 // CPU at 600 publishes/s (perf), and a single publish's statement made 278
-// allocations instead of 107 (BenchmarkPublishOne; session 5 in
-// docs/benchmarks.md).
+// allocations instead of 107 (BenchmarkPublishOne).
 func registerUUID(_ context.Context, conn *pgx.Conn) error {
 	conn.TypeMap().RegisterType(&pgtype.Type{Name: "uuid", OID: pgtype.UUIDOID, Codec: uuidCodec{}})
 	return nil

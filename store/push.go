@@ -153,8 +153,7 @@ func allPlain(ss []push.Settlement) bool {
 // id) in one PostgreSQL statement: the attempts, and the resends with their
 // outbox rows leased to the dispatcher. One round trip instead of BEGIN,
 // one to three statements per outcome and COMMIT — the UPDATEs alone were
-// 28 % of a dispatcher's CPU at 1900 deliveries/s (perf, session 4 in
-// docs/benchmarks.md). The rows are locked in id order, as every writer of
+// 28 % of a dispatcher's CPU at 1900 deliveries/s (perf). The rows are locked in id order, as every writer of
 // several log rows locks them (see Events.recordAndRemove). Of two outcomes
 // for the same send the later one counts, as in the transaction.
 func settleStatement(ss []push.Settlement) (string, []any) {

@@ -14,8 +14,8 @@ import (
 
 // defaultGCPercent is the garbage collector's GOGC when the environment sets
 // none. The service's live heap is small (tens of MiB), so Go's default of 100
-// collects very often: in the benchmark (docs/benchmarks.md, session 9) 400
-// took about 10 % less CPU per delivery for 1.5–2.5 × the resident memory.
+// collects very often; 400 trades about 10 % less CPU per delivery for
+// 1.5–2.5 × the resident memory (docs/benchmarks.md#what-limits-each-figure).
 const defaultGCPercent = 400
 
 // memoryLimitShare is the part of a cgroup's memory limit the runtime's soft
