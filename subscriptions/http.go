@@ -107,6 +107,7 @@ func (h handlers) create(c echo.Context) error {
 	c.Response().Header().Set(echo.HeaderLocation, "/v1/rooms/"+s.RoomID.String()+"/subscriptions/"+s.ID.String())
 	r := toResponse(s)
 	r.SigningSecret = s.SigningSecret
+	noStore(c)
 	return c.JSON(http.StatusCreated, r)
 }
 
@@ -189,5 +190,12 @@ func (h handlers) rotate(c echo.Context) error {
 	}
 	r := toResponse(s)
 	r.SigningSecret = s.SigningSecret
+	noStore(c)
 	return c.JSON(http.StatusOK, r)
+}
+
+// noStore keeps an answer that carries a signing secret out of every cache
+// (a PULL subscription's create answer has none, but is marked alike).
+func noStore(c echo.Context) {
+	c.Response().Header().Set(echo.HeaderCacheControl, "no-store")
 }

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/metrics"
 	"github.com/roomhub/messaging-api/publish"
@@ -174,6 +175,10 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, handler http.Ha
 		ReadTimeout:       cfg.HTTP.ReadTimeout,
 		WriteTimeout:      cfg.HTTP.WriteTimeout,
 		IdleTimeout:       2 * time.Minute,
+
+		// Above api.MaxHeaderBytes, so that the API answers a large header
+		// with problem details; past this one net/http answers in plain text.
+		MaxHeaderBytes: api.ServerMaxHeaderBytes,
 	}
 	errc := make(chan error, 1)
 	go func() {

@@ -57,7 +57,9 @@ func newServerWithMetrics(cfg Config, logger *slog.Logger, db *store.DB, b broke
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = api.ErrorHandler(logger)
+	e.JSONSerializer = api.JSONSerializer{}
 	e.Use(middleware.RequestID())
+	e.Use(api.LimitHeader(api.MaxHeaderBytes))
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true}))
 	e.Use(middleware.RequestLoggerWithConfig(middleware.RequestLoggerConfig{
 		LogMethod: true, LogURIPath: true, LogStatus: true, LogLatency: true, LogRequestID: true,
@@ -93,10 +95,10 @@ func newServerWithMetrics(cfg Config, logger *slog.Logger, db *store.DB, b broke
 	pullSvc.Observe(m)
 	v1 := e.Group("/v1")
 	catalog := publish.NewCache(roomSvc, db.Subscriptions(), cfg.CatalogCacheTTL, time.Now)
-	v1.Use(invalidateOnChange(catalog))
+	e.Use(under("/v1", invalidateOnChange(catalog)))
 	keys := newKeyService(db, roomSvc)
 	if !cfg.Auth.Disabled {
-		v1.Use(keys.Middleware(authResolver{rooms: catalog, subs: subSvc}))
+		e.Use(under("/v1", keys.Middleware(authResolver{rooms: catalog, subs: subSvc})))
 	}
 	keys.Routes(v1)
 	rooms.Routes(v1, roomSvc)
@@ -112,6 +114,23 @@ func newServerWithMetrics(cfg Config, logger *slog.Logger, db *store.DB, b broke
 	retry.Routes(v1, subSvc)
 	pullSvc.Routes(v1)
 	return e, pullSvc
+}
+
+// under applies mw to the requests for prefix and the paths below it, known
+// routes or not (so that an unknown path under /v1 is authenticated before it
+// is answered 404). A group's middleware (echo's Group.Use) would do the
+// same, but it adds a catch-all route of the group that answers 404 where the
+// router would answer 405 (a known path with another method).
+func under(prefix string, mw echo.MiddlewareFunc) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		wrapped := mw(next)
+		return func(c echo.Context) error {
+			if p := c.Request().URL.Path; p == prefix || strings.HasPrefix(p, prefix+"/") {
+				return wrapped(c)
+			}
+			return next(c)
+		}
+	}
 }
 
 // invalidateOnChange empties the publish cache after every request that may

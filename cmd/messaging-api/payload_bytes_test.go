@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/roomhub/messaging-api/store/storetest"
+)
+
+// exactPayload is a compact payload whose every byte a re-encoding would
+// change: escapes of NUL, of a lone surrogate and of characters that need
+// none, HTML characters, U+2028 raw, numbers in several notations.
+const exactPayload = `{"nul":"a\u0000b","lone":"\ud800","esc":"\u00e9\/\"\\\t","raw":"é€😀<b>&amp;</b>` + "\u2028" +
+	`","n":[1.0,1e2,-0,12345678901234567890123,0.1e-7],"deep":{"":[null,true,false,{}]}}`
+
+// TestPayloadBytesKept: a payload goes from the publish to a pull, a push
+// and the message log byte for byte, on PostgreSQL and SQLite alike.
+func TestPayloadBytesKept(t *testing.T) {
+	t.Parallel()
+	if !json.Valid([]byte(exactPayload)) {
+		t.Fatal("the test payload is not JSON")
+	}
+	dbs := map[string]func(t *testing.T) string{
+		"sqlite":   func(*testing.T) string { return "" }, // startService's own file
+		"postgres": func(t *testing.T) string { return storetest.PostgresSchemaURL(t) },
+	}
+	for name, dbURL := range dbs {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			env := map[string]string{"OUTBOX_POLL_INTERVAL": "100ms"}
+			if u := dbURL(t); u != "" {
+				env["DATABASE_URL"] = u
+			}
+			c := client{t: t, base: startService(t, env)}
+			hook := newPushHook(t, func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+			setupPushRoom(c, "bytes", "", hook.URL())
+			var pull struct {
+				ID string `json:"id"`
+			}
+			c.callJSON("POST", "/v1/rooms/bytes/subscriptions", `{"type":"PULL","eventTypes":[{"eventType":"tick"}]}`, http.StatusCreated, &pull)
+
+			published := pushPublish(c, "bytes", `{"eventType":"tick","payload":`+exactPayload+`}`)
+
+			if got := hook.waitFor(1, 10*time.Second)[0].Body; !bytes.Equal(got, []byte(exactPayload)) {
+				t.Errorf("pushed body:\n got %s\nwant %s", got, exactPayload)
+			}
+			var pulled struct {
+				Messages []struct {
+					Payload json.RawMessage `json:"payload"`
+				} `json:"messages"`
+			}
+			c.callJSON("POST", "/v1/rooms/bytes/subscriptions/"+pull.ID+"/pull", `{"waitMs":5000}`, http.StatusOK, &pulled)
+			if len(pulled.Messages) != 1 || !bytes.Equal(pulled.Messages[0].Payload, []byte(exactPayload)) {
+				t.Errorf("pulled:\n got %s\nwant %s", pulled.Messages, exactPayload)
+			}
+			var logged struct {
+				Payload json.RawMessage `json:"payload"`
+			}
+			c.callJSON("GET", "/v1/rooms/bytes/messages/"+published.EventID, "", http.StatusOK, &logged)
+			if !bytes.Equal(logged.Payload, []byte(exactPayload)) {
+				t.Errorf("message log:\n got %s\nwant %s", logged.Payload, exactPayload)
+			}
+		})
+	}
+}

@@ -1,0 +1,145 @@
+package main
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// TestProtocolAnswers: 415 for a body that is not JSON, 405 with Allow for
+// a known path with another method, 404 naming the message of a batch whose
+// event type does not exist, no-store on answers with a secret.
+func TestProtocolAnswers(t *testing.T) {
+	t.Parallel()
+	a := newTestAPI(t, "sqlite")
+	a.seed(t)
+
+	send := func(method, path, contentType, body string) response {
+		t.Helper()
+		h := map[string]string{}
+		if contentType != "-" {
+			h["Content-Type"] = contentType
+		}
+		return a.raw(method, path, body, h)
+	}
+	for _, tc := range []struct {
+		name, method, path, contentType, body string
+		status                                int
+	}{
+		{"text", "POST", "/v1/rooms", "text/plain", `{"identifier":"r1","managerIdentifier":"m"}`, 415},
+		{"form", "POST", "/v1/rooms", "application/x-www-form-urlencoded", `{"identifier":"r1","managerIdentifier":"m"}`, 415},
+		{"none with a body", "POST", "/v1/rooms", "-", `{"identifier":"r1","managerIdentifier":"m"}`, 415},
+		{"another charset", "POST", "/v1/rooms", "application/json; charset=iso-8859-1", `{"identifier":"r1","managerIdentifier":"m"}`, 415},
+		{"publish as text", "POST", "/v1/rooms/orders/messages", "text/plain", `{"eventType":"order.created","payload":{"orderId":"1"}}`, 415},
+		{"JSON with charset", "POST", "/v1/rooms", "application/json; charset=UTF-8", `{"identifier":"r1","managerIdentifier":"m"}`, 201},
+		{"merge patch", "PATCH", "/v1/rooms/r1", "application/merge-patch+json", `{"deliveryAttempts":4}`, 200},
+		{"none without a body", "POST", "/v1/retry-schedule:preview", "-", ``, 200},
+		{"any without a body", "POST", "/v1/retry-schedule:preview", "text/plain", ``, 200},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := send(tc.method, tc.path, tc.contentType, tc.body)
+			want(t, r, tc.status)
+		})
+	}
+
+	t.Run("405", func(t *testing.T) {
+		for path, allow := range map[string][]string{
+			"/v1/rooms/orders":                          {"GET", "PATCH", "DELETE"},
+			"/v1/rooms":                                 {"GET", "POST"},
+			"/v1/rooms/orders/messages:batch":           {"POST"},
+			"/v1/rooms/orders/event-types/x/versions/1": {"GET", "DELETE"},
+		} {
+			r := a.do("PUT", path, `{}`)
+			want(t, r, http.StatusMethodNotAllowed)
+			for _, m := range allow {
+				if !strings.Contains(r.Header.Get("Allow"), m) {
+					t.Errorf("PUT %s: Allow %q lacks %s", path, r.Header.Get("Allow"), m)
+				}
+			}
+		}
+		want(t, a.do("PUT", "/v1/nothing", `{}`), http.StatusNotFound)
+	})
+
+	t.Run("batch names the message", func(t *testing.T) {
+		r := a.do("POST", "/v1/rooms/orders/messages:batch", `{"messages":[
+			{"eventType":"order.created","payload":{"orderId":"1"}},
+			{"eventType":"order.created","eventTypeVersion":9,"payload":{"orderId":"1"}}]}`)
+		want(t, r, http.StatusNotFound)
+		if !namesField(t, r, "messages[1].eventTypeVersion") {
+			t.Errorf("the version is not named: %s", r.Body)
+		}
+		r = a.do("POST", "/v1/rooms/orders/messages:batch", `{"messages":[
+			{"eventType":"order.created","payload":{"orderId":"1"}},
+			{"eventType":"order.created","payload":{"orderId":"1"}},
+			{"eventType":"order.deleted","payload":{}}]}`)
+		want(t, r, http.StatusNotFound)
+		if !namesField(t, r, "messages[2].eventType") || !strings.Contains(r.JSON(t)["detail"].(string), "messages[2].eventType") {
+			t.Errorf("the message is not named: %s", r.Body)
+		}
+	})
+
+	t.Run("no-store", func(t *testing.T) {
+		r := a.do("POST", "/v1/rooms/orders/subscriptions", `{"type":"PUSH","pushUrl":"http://127.0.0.1:9/hook","eventTypes":[{"eventType":"order.created"}]}`)
+		want(t, r, http.StatusCreated)
+		if r.Header.Get("Cache-Control") != "no-store" {
+			t.Errorf("subscription creation: Cache-Control %q", r.Header.Get("Cache-Control"))
+		}
+		r = a.do("POST", "/v1/rooms/orders/subscriptions/"+r.JSON(t)["id"].(string)+"/secret:rotate", nil)
+		want(t, r, http.StatusOK)
+		if r.Header.Get("Cache-Control") != "no-store" {
+			t.Errorf("rotation: Cache-Control %q", r.Header.Get("Cache-Control"))
+		}
+		r = a.do("POST", "/v1/api-keys", `{"name":"k","role":"admin"}`)
+		want(t, r, http.StatusCreated)
+		if r.Header.Get("Cache-Control") != "no-store" {
+			t.Errorf("API key creation: Cache-Control %q", r.Header.Get("Cache-Control"))
+		}
+	})
+
+	t.Run("431", func(t *testing.T) {
+		r := a.raw("GET", "/v1/rooms", "", map[string]string{"X-Pad": strings.Repeat("a", 100<<10)})
+		if r.Status != http.StatusRequestHeaderFieldsTooLarge || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/problem+json") {
+			t.Fatalf("%d %q: %s", r.Status, r.Header.Get("Content-Type"), r.Body)
+		}
+	})
+}
+
+// Test405WithKeys: with authentication on, a key that may use the path
+// gets the 405 too (not a 404 for a route its rules do not list).
+func Test405WithKeys(t *testing.T) {
+	t.Parallel()
+	f := newAuthFixture(t, "sqlite")
+	for _, role := range []string{"a", "m", "p"} {
+		r := f.as(role, "PUT", "/v1/rooms/"+f.roomA, `{}`)
+		want(t, r, http.StatusMethodNotAllowed)
+		if !strings.Contains(r.Header.Get("Allow"), "GET") {
+			t.Errorf("%s: Allow %q", role, r.Header.Get("Allow"))
+		}
+	}
+	// Without a key: 401 first, as for every path under /v1.
+	req, _ := http.NewRequest("PUT", f.srv.URL+"/v1/rooms/"+f.roomA, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("without a key: %d, want 401", resp.StatusCode)
+	}
+}
+
+// raw sends body as it is with exactly the headers given (no Content-Type
+// unless given) and checks the answer against the spec, but for a 431,
+// which any route may answer.
+func (a *testAPI) raw(method, path, body string, headers map[string]string) response {
+	a.t.Helper()
+	var b []byte
+	if body != "" {
+		b = []byte(body)
+	}
+	r := a.send(method, path, b, headers)
+	if r.Status != http.StatusRequestHeaderFieldsTooLarge {
+		a.checkSpec(method, path, b, r)
+	}
+	return r
+}
