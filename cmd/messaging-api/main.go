@@ -124,7 +124,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	prepared := make(chan struct{})
 	wg.Go(func() {
 		if err := prepareBroker(workCtx, b, cfg.PushQueue, logger); err != nil {
-			fail(err)
+			if errors.Is(err, broker.ErrMisconfigured) {
+				fail(err)
+			}
 			return
 		}
 		close(prepared)
@@ -203,7 +205,8 @@ func serve(ctx context.Context, cfg Config, logger *slog.Logger, handler http.Ha
 // prepareBroker creates the push queue and checks the broker's settings
 // (broker.Broker.Prepare) for room addresses and the push queue's address,
 // retrying while the broker is away: the API accepts publishes into the
-// outbox meanwhile. It fails only on a setting the service cannot work with.
+// outbox meanwhile. It fails on a setting the service cannot work with
+// (broker.ErrMisconfigured), or when ctx ends first.
 func prepareBroker(ctx context.Context, b broker.Broker, pushQueue broker.Destination, logger *slog.Logger) error {
 	addresses := []string{rooms.Address(uuid.Nil), pushQueue.Address}
 	for wait := time.Second; ; wait = min(wait*2, time.Minute) {
@@ -223,12 +226,12 @@ func prepareBroker(ctx context.Context, b broker.Broker, pushQueue broker.Destin
 			logger.ErrorContext(ctx, "broker: settings break the delivery contract; stopping", slog.Any("error", err))
 			return err
 		case ctx.Err() != nil:
-			return nil
+			return ctx.Err()
 		}
 		logger.WarnContext(ctx, "broker: not prepared yet; retrying", slog.String("queue", pushQueue.FQQN()),
 			slog.Any("error", err), slog.Duration("retry_in", wait))
 		if !sleepCtx(ctx, wait) {
-			return nil
+			return ctx.Err()
 		}
 	}
 }
