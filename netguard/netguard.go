@@ -19,6 +19,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"syscall"
 )
@@ -283,6 +284,29 @@ func (g Guard) Dialer(d *net.Dialer) *net.Dialer {
 		}
 	}
 	return &guarded
+}
+
+// Rule is the guard's settings as one text, the same for the same settings
+// in any order: "allow=PREFIX,... https-only=BOOL", the prefixes sorted and
+// without repeats ("allow=none" for none). Processes that must decide alike
+// compare it.
+func (g Guard) Rule() string {
+	ps := slices.Clone(g.Allow)
+	slices.SortFunc(ps, func(a, b netip.Prefix) int {
+		if c := a.Addr().Compare(b.Addr()); c != 0 {
+			return c
+		}
+		return a.Bits() - b.Bits()
+	})
+	ps = slices.Compact(ps)
+	allow := make([]string, len(ps))
+	for i, p := range ps {
+		allow[i] = p.String()
+	}
+	if len(allow) == 0 {
+		allow = []string{"none"}
+	}
+	return fmt.Sprintf("allow=%s https-only=%t", strings.Join(allow, ","), g.HTTPSOnly)
 }
 
 // ParseAllow reads a comma-separated list of CIDR prefixes or single

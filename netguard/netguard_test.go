@@ -330,3 +330,29 @@ func TestDialerKeepsControlHooks(t *testing.T) {
 		}
 	}
 }
+
+// TestRule: the same settings give the same rule whatever their order or
+// spelling; other settings another.
+func TestRule(t *testing.T) {
+	t.Parallel()
+	rule := func(allow string, httpsOnly bool) string {
+		t.Helper()
+		ps, err := ParseAllow(allow)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return Guard{Allow: ps, HTTPSOnly: httpsOnly}.Rule()
+	}
+	if got, want := rule("", false), "allow=none https-only=false"; got != want {
+		t.Errorf("the zero guard: %q, want %q", got, want)
+	}
+	same := []string{"127.0.0.0/8,::1/128", " ::1 , 127.0.0.1/8", "::1/128,127.0.0.0/8,127.0.0.0/8"}
+	for _, s := range same {
+		if got, want := rule(s, true), "allow=127.0.0.0/8,::1/128 https-only=true"; got != want {
+			t.Errorf("%q: %q, want %q", s, got, want)
+		}
+	}
+	if rule("127.0.0.0/8", false) == rule("127.0.0.0/16", false) || rule("", true) == rule("", false) {
+		t.Error("other settings give the same rule")
+	}
+}

@@ -75,6 +75,21 @@ func prepareAuth(ctx context.Context, cfg Config, keys *auth.Service, logger *sl
 	return nil
 }
 
+// openMigrated opens and migrates the database for a one-shot subcommand,
+// which logs only warnings (to stderr).
+func openMigrated(ctx context.Context, cfg Config, stderr io.Writer) (*store.DB, error) {
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	db, err := store.Open(ctx, cfg.DatabaseURL, logger)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := db.Migrate(ctx, logger); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("migrate: %w", err)
+	}
+	return db, nil
+}
+
 // runAPIKey is the apikey subcommand: create, list and revoke keys straight
 // in the database (the way to make the first admin key).
 func runAPIKey(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
@@ -89,15 +104,11 @@ func runAPIKey(ctx context.Context, args []string, getenv func(string) string, s
 	if err != nil {
 		return err
 	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	db, err := store.Open(ctx, cfg.DatabaseURL, logger)
+	db, err := openMigrated(ctx, cfg, stderr)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	if _, err := db.Migrate(ctx, logger); err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
 	keys := newKeyService(db, rooms.NewService(db.Rooms(), noCleanup{}, clock))
 
 	switch args[0] {

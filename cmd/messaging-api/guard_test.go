@@ -127,8 +127,9 @@ func TestPushTargetSettings(t *testing.T) {
 
 // TestPushRefusedTargetIsDeadLettered: a subscription whose URL the guard
 // refuses at delivery (here: created while loopback was allowed, delivered
-// after a restart without the allowlist) gets no request; the message is a
-// dead letter at the first attempt, the delivery log saying why.
+// after the rule was replaced without the allowlist and the service
+// restarted) gets no request; the message is a dead letter at the first
+// attempt, the delivery log saying why.
 func TestPushRefusedTargetIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	hook := newPushHook(t, func(int, http.ResponseWriter, *http.Request) {})
@@ -142,7 +143,11 @@ func TestPushRefusedTargetIsDeadLettered(t *testing.T) {
 		return
 	}
 
-	c := client{t: t, base: startService(t, map[string]string{"DATABASE_URL": db, "AUTH_DISABLED": "true", "PUSH_ALLOWED_CIDRS": "", "OUTBOX_POLL_INTERVAL": "100ms"})}
+	env := map[string]string{"DATABASE_URL": db, "AUTH_DISABLED": "true", "PUSH_ALLOWED_CIDRS": "", "OUTBOX_POLL_INTERVAL": "100ms"}
+	if err := runPushRule(t.Context(), nil, func(k string) string { return env[k] }, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	c := client{t: t, base: startService(t, env)}
 	sub.c = c
 	ev := pushPublish(c, "guarded", `{"eventType":"tick","payload":{"n":1},"correlationId":"guard-1"}`)
 	dl := sub.waitDeadLetters(1, 10*time.Second)[0]

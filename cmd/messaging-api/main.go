@@ -35,6 +35,8 @@ func main() {
 	var err error
 	if len(os.Args) > 1 && os.Args[1] == "apikey" {
 		err = runAPIKey(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
+	} else if len(os.Args) > 1 && os.Args[1] == "push-rule" {
+		err = runPushRule(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
 	} else {
 		err = run(ctx, os.Args[1:], os.Getenv, os.Stderr)
 	}
@@ -86,6 +88,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		if _, err := db.Migrate(ctx, logger); err != nil {
 			return fmt.Errorf("migrate: %w", err)
 		}
+	}
+	if err := agreePushRule(ctx, cfg, db); err != nil {
+		return err
 	}
 
 	if cmd != "dispatcher" {

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// mergeEnv is env with k set to v.
+func mergeEnv(env map[string]string, k, v string) map[string]string {
+	out := map[string]string{k: v}
+	for key, val := range env {
+		if key != k {
+			out[key] = val
+		}
+	}
+	return out
+}
+
+// TestOnePushRule: processes sharing a database share one push target
+// rule. A dispatcher started without the allowlist the API process stored
+// refuses to start, naming both rules; once push-rule replaced the stored
+// rule, a process with the new settings starts and one with the old refuses.
+func TestOnePushRule(t *testing.T) {
+	t.Parallel()
+	db := "sqlite:" + filepath.Join(t.TempDir(), "rule.db")
+	startService(t, map[string]string{"DATABASE_URL": db}) // loopbackCIDRs allowed
+
+	strict := map[string]string{"DATABASE_URL": db, "AUTH_DISABLED": "true", "PUSH_ALLOWED_CIDRS": ""}
+	getenv := func(env map[string]string) func(string) string { return func(k string) string { return env[k] } }
+	// Should a process start after all, it stops at this deadline.
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	var logs bytes.Buffer
+	err := run(ctx, []string{"dispatcher"}, getenv(mergeEnv(strict, "HTTP_ADDR", "127.0.0.1:0")), &logs)
+	if err == nil || !strings.Contains(err.Error(), "allow=none https-only=false") ||
+		!strings.Contains(err.Error(), "allow=127.0.0.0/8,::1/128 https-only=false") {
+		t.Fatalf("a dispatcher with another rule: %v, want a refusal naming both rules", err)
+	}
+
+	var out bytes.Buffer
+	if err := runPushRule(ctx, nil, getenv(strict), &out, &logs); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "push target rule: allow=none https-only=false (was: allow=127.0.0.0/8,::1/128 https-only=false)") {
+		t.Errorf("push-rule says %q", out.String())
+	}
+	startService(t, strict)
+	old := map[string]string{"DATABASE_URL": db, "AUTH_DISABLED": "true", "PUSH_ALLOWED_CIDRS": loopbackCIDRs, "HTTP_ADDR": "127.0.0.1:0"}
+	if err := run(ctx, []string{"api"}, getenv(old), &logs); err == nil || !strings.Contains(err.Error(), "differs") {
+		t.Fatalf("a process with the replaced rule: %v, want a refusal", err)
+	}
+}
