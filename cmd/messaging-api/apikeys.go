@@ -75,19 +75,24 @@ func prepareAuth(ctx context.Context, cfg Config, keys *auth.Service, logger *sl
 	return nil
 }
 
-// openMigrated opens and migrates the database for a one-shot subcommand,
-// which logs only warnings (to stderr).
-func openMigrated(ctx context.Context, cfg Config, stderr io.Writer) (*store.DB, error) {
+// openMigrated reads the configuration (flags from args) and opens and
+// migrates the database for a one-shot subcommand, which logs only warnings
+// (to stderr).
+func openMigrated(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) (Config, *store.DB, error) {
+	cfg, err := loadConfig(args, getenv, stderr)
+	if err != nil {
+		return cfg, nil, err
+	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	db, err := store.Open(ctx, cfg.DatabaseURL, logger)
 	if err != nil {
-		return nil, err
+		return cfg, nil, err
 	}
 	if _, err := db.Migrate(ctx, logger); err != nil {
 		_ = db.Close()
-		return nil, fmt.Errorf("migrate: %w", err)
+		return cfg, nil, fmt.Errorf("migrate: %w", err)
 	}
-	return db, nil
+	return cfg, db, nil
 }
 
 // runAPIKey is the apikey subcommand: create, list and revoke keys straight
@@ -100,11 +105,7 @@ func runAPIKey(ctx context.Context, args []string, getenv func(string) string, s
 	if len(args) == 0 {
 		return errors.New(usage)
 	}
-	cfg, err := loadConfig(nil, getenv, stderr)
-	if err != nil {
-		return err
-	}
-	db, err := openMigrated(ctx, cfg, stderr)
+	_, db, err := openMigrated(ctx, nil, getenv, stderr)
 	if err != nil {
 		return err
 	}

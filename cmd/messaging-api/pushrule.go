@@ -40,11 +40,7 @@ func agreePushRule(ctx context.Context, cfg Config, db *store.DB) error {
 // process must start with, replacing the stored one. Processes running
 // keep the rule they started with until they are restarted.
 func runPushRule(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cfg, err := loadConfig(args, getenv, stderr)
-	if err != nil {
-		return err
-	}
-	db, err := openMigrated(ctx, cfg, stderr)
+	cfg, db, err := openMigrated(ctx, args, getenv, stderr)
 	if err != nil {
 		return err
 	}
