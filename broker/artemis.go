@@ -119,8 +119,8 @@ func (b *stompBroker) artemisManage(ctx context.Context, operation string, param
 		return "", fmt.Errorf("broker: %s: subscribe to reply queue: %w", operation, err)
 	}
 	defer func() {
-		b.dropReplyQueue(c, sub, replyTo)
 		c.closeDraining(sub)
+		b.dropReplyQueue(ctx, replyTo)
 	}()
 
 	correlationID := uuid.NewString()
@@ -164,27 +164,23 @@ func (b *stompBroker) artemisManage(ctx context.Context, operation string, param
 	}
 }
 
-// dropReplyQueue destroys a management call's reply queue once the call is
-// over: it stops consuming it, then invokes destroyQueue without a reply-to (a
-// reply would create the queue again); the receipt says the broker ran it. A
-// failure leaves one empty queue behind and is only logged.
-func (b *stompBroker) dropReplyQueue(c *conn, sub *stomp.Subscription, queue string) {
-	if c.sock.isDead() {
-		return
-	}
-	if err := sub.Unsubscribe(); err != nil {
-		b.log.Warn("broker: management reply queue left behind (not unsubscribed)", "queue", queue, "err", err)
-		return
-	}
+// dropReplyQueue destroys a management call's reply queue once the call's
+// connection is closed (go-stomp's Unsubscribe can wait out its 30 s receipt
+// timeout on a missed wake-up, and destroying a queue under a live STOMP
+// consumer gets that connection an ERROR). It goes on a sender connection,
+// without a reply-to (a reply would create the queue again); the receipt says
+// the broker ran it. A failure leaves one empty queue behind and is logged.
+func (b *stompBroker) dropReplyQueue(ctx context.Context, queue string) {
 	body, _ := json.Marshal([]any{queue, true, true})
-	err := c.send(b.cfg.managementAddress, "", body, b.cfg.receiptTimeout,
+	err := b.sendOnce(ctx, b.cfg.managementAddress, body, []func(*frame.Frame) error{
 		stomp.SendOpt.Receipt,
 		stomp.SendOpt.NoContentLength,
 		func(f *frame.Frame) error {
 			f.Header.Set(mgmtHeaderResource, mgmtResourceBroker)
 			f.Header.Set(mgmtHeaderOperation, "destroyQueue")
 			return nil
-		})
+		},
+	})
 	if err != nil {
 		b.log.Warn("broker: management reply queue left behind", "queue", queue, "err", err)
 	}
