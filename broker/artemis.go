@@ -68,7 +68,42 @@ func (b *stompBroker) artemisCreateQueue(ctx context.Context, dest Destination) 
 	if err != nil && !strings.Contains(err.Error(), artemisQueueExists) && !strings.Contains(err.Error(), "already exists") {
 		return fmt.Errorf("broker: create queue %s: %w", dest, err)
 	}
+	// Queue names are broker-wide, and createQueue with ignoreIfExists says
+	// nothing when the name belongs to another address; a SEND to dest would
+	// then be dropped with a RECEIPT.
+	addr, err := b.artemisQueueAddress(ctx, dest.Queue)
+	switch {
+	case err != nil:
+		return fmt.Errorf("broker: create queue %s: %w", dest, err)
+	case addr != dest.Address:
+		return fmt.Errorf("%w: queue name %q belongs to address %q, not %q (Artemis queue names are broker-wide)",
+			ErrMisconfigured, dest.Queue, addr, dest.Address)
+	}
 	return nil
+}
+
+// artemisQueueAddress returns the address of the queue named name.
+func (b *stompBroker) artemisQueueAddress(ctx context.Context, name string) (string, error) {
+	filter, _ := json.Marshal(map[string]string{"field": "name", "operation": "EQUALS", "value": name})
+	raw, err := b.artemisManage(ctx, "listQueues", string(filter), 1, 2)
+	if err != nil {
+		return "", err
+	}
+	var page struct {
+		Data []struct {
+			Name    string `json:"name"`
+			Address string `json:"address"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal([]byte(raw), &page); err != nil {
+		return "", fmt.Errorf("listQueues: %w", err)
+	}
+	for _, q := range page.Data {
+		if q.Name == name {
+			return q.Address, nil
+		}
+	}
+	return "", fmt.Errorf("queue %s not found after createQueue", name)
 }
 
 func (b *stompBroker) artemisDestroyQueue(ctx context.Context, dest Destination) error {

@@ -77,7 +77,7 @@ func TestArtemisFrames(t *testing.T) {
 
 	t.Run("EnsureQueue", func(t *testing.T) {
 		fs.mu.Lock()
-		fs.mgmt = func(*frame.Frame) (bool, string) { return true, `{\"name\":\"subscription-2\"}` }
+		fs.mgmt = func(*frame.Frame) (bool, string) { return true, `{"name":"subscription-2"}` }
 		fs.mu.Unlock()
 		from := len(fs.recorded())
 		if err := b.EnsureQueue(ctx, dest); err != nil {

@@ -267,3 +267,25 @@ func TestArtemisLoginWithEscapes(t *testing.T) {
 		t.Fatalf("Send as %s: %v", user, err)
 	}
 }
+
+// TestArtemisQueueNameTaken: Artemis queue names are broker-wide; a queue
+// name that belongs to another address is refused, not silently kept (a SEND
+// to the FQQN would be dropped).
+func TestArtemisQueueNameTaken(t *testing.T) {
+	b := openArtemis(t, artemisTestURL(t))
+	ctx := t.Context()
+	name := "taken-" + uuid.NewString()
+	first := Destination{Address: "addr-a-" + uuid.NewString()[:8], Queue: name}
+	if err := b.EnsureQueue(ctx, first); err != nil {
+		t.Fatalf("EnsureQueue: %v", err)
+	}
+	t.Cleanup(func() { _ = b.DeleteQueue(context.Background(), first) })
+	if err := b.EnsureQueue(ctx, first); err != nil {
+		t.Fatalf("EnsureQueue again: %v", err)
+	}
+	other := Destination{Address: "addr-b-" + uuid.NewString()[:8], Queue: name}
+	err := b.EnsureQueue(ctx, other)
+	if !errors.Is(err, ErrMisconfigured) || !strings.Contains(err.Error(), first.Address) {
+		t.Fatalf("EnsureQueue of a taken name = %v, want ErrMisconfigured naming %s", err, first.Address)
+	}
+}

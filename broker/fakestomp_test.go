@@ -1,6 +1,7 @@
 package broker_test
 
 import (
+	"encoding/json"
 	"net"
 	"strconv"
 	"sync"
@@ -163,11 +164,44 @@ func (s *fakeStomp) replyManagement(fc *fakeConn, req *frame.Frame) {
 		return // no subscription for the reply: a real broker drops it too
 	}
 	succeeded, result := mgmt(req)
-	body := `["` + result + `"]`
+	if req.Header.Get("_AMQ_OperationName") == "listQueues" {
+		succeeded, result = true, s.listQueues(req)
+	}
+	body, _ := json.Marshal([]string{result})
 	s.deliverOn(fc, subID, replyTo, []string{
 		"correlation-id", req.Header.Get("correlation-id"),
 		"_AMQ_OperationSucceeded", strconv.FormatBool(succeeded),
 	}, []byte(body))
+}
+
+// listQueues answers listQueues for the queue named in its filter with the
+// address of the last createQueue of that name, as Artemis would.
+func (s *fakeStomp) listQueues(req *frame.Frame) string {
+	var params []json.RawMessage
+	var filter struct{ Value string }
+	if json.Unmarshal(req.Body, &params) != nil || len(params) == 0 {
+		return "{}"
+	}
+	var raw string
+	if json.Unmarshal(params[0], &raw) != nil || json.Unmarshal([]byte(raw), &filter) != nil {
+		return "{}"
+	}
+	address := ""
+	for _, r := range s.recorded() {
+		if r.frame.Header.Get("_AMQ_OperationName") != "createQueue" {
+			continue
+		}
+		var create []json.RawMessage
+		var qc struct{ Name, Address string }
+		if json.Unmarshal(r.frame.Body, &create) == nil && len(create) > 0 {
+			var js string
+			if json.Unmarshal(create[0], &js) == nil && json.Unmarshal([]byte(js), &qc) == nil && qc.Name == filter.Value {
+				address = qc.Address
+			}
+		}
+	}
+	out, _ := json.Marshal(map[string]any{"data": []map[string]string{{"name": filter.Value, "address": address}}, "count": 1})
+	return string(out)
 }
 
 func (s *fakeStomp) deliverOn(fc *fakeConn, subID, dest string, headers []string, body []byte) {

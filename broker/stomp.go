@@ -155,7 +155,7 @@ func (b *stompBroker) Send(ctx context.Context, msg Message) error {
 			return nil
 		case errors.Is(err, ErrClosed), ctx.Err() != nil:
 			return sendError(dest, err, lastErr)
-		case errors.Is(err, errManagement):
+		case errors.Is(err, errManagement), errors.Is(err, ErrMisconfigured):
 			return refused(fmt.Errorf("broker: cannot create %s before sending to it: %w", dest, err))
 		case isRefusal(err):
 			return refusedByBroker(fmt.Errorf("broker: %s refused the message: %w", b.cfg.dialect, err), refusalText(err))

@@ -62,7 +62,10 @@ func (b *bench) brokerURL() string {
 
 // queue names a queue of this run.
 func (b *bench) queue(name string) broker.Destination {
-	return broker.Destination{Address: "msgbench-" + b.id, Queue: name}
+	// Artemis queue names are broker-wide: a SEND to address::queue whose
+	// queue belongs to another address is dropped (with a RECEIPT), so the
+	// queue names carry the run's id too.
+	return broker.Destination{Address: "msgbench-" + b.id, Queue: "msgbench-" + b.id + "-" + name}
 }
 
 // room names a room of this run.
