@@ -58,7 +58,7 @@ func FuzzPublishRequest(f *testing.F) {
 	}
 	f.Add([]byte(`{"eventType":"order.created","payload":{"orderId":"o"}}`), false, "cid\n2", "key 2", "00-00000000000000000000000000000000-00f067aa0ba902b7-01")
 	f.Add([]byte(`{"eventType":"order.created","payload":{"orderId":"o"},"correlationId":"a"}`), false, "b", "\x7f", "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
-	h := newPublishHarness() // one per worker: echo.New costs more than a request
+	h := newPublishHarness(nil) // one per worker: echo.New costs more than a request
 	f.Fuzz(func(t *testing.T, body []byte, batch bool, correlationID, idempotencyKey, traceparent string) {
 		h.store.events = nil
 		path := "/v1/rooms/orders/messages"
@@ -136,10 +136,12 @@ type publishHarness struct {
 	store *memEvents
 }
 
-func newPublishHarness() publishHarness {
+// newPublishHarness serves the publish routes over fixedCatalog, with the
+// versions extra adds to order.created.
+func newPublishHarness(extra map[int]string) publishHarness {
 	now := func() time.Time { return time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC) }
 	store := &memEvents{}
-	svc := publish.NewService(fixedCatalog{}, fixedSubscribers{}, store, nopNotifier{},
+	svc := publish.NewService(fixedCatalog{extra: extra}, fixedSubscribers{}, store, nopNotifier{},
 		broker.Destination{Address: "push", Queue: "dispatch"}, now)
 	e := echo.New()
 	e.HTTPErrorHandler = api.ErrorHandler(slog.New(slog.DiscardHandler))
@@ -148,8 +150,10 @@ func newPublishHarness() publishHarness {
 }
 
 // fixedCatalog has one room, "orders" (messages expire after a minute), with
-// order.created in version 1 (an object with a string orderId) and 2 (anything).
-type fixedCatalog struct{}
+// order.created in version 1 (an object with a string orderId) and 2
+// (anything), and the versions in extra, which only a request naming them
+// gets.
+type fixedCatalog struct{ extra map[int]string }
 
 var versionSchemas = map[int]string{
 	1: `{"type":"object","required":["orderId"],"properties":{"orderId":{"type":"string"}}}`,
@@ -172,8 +176,11 @@ func (fixedCatalog) EventTypeOf(_ context.Context, roomID uuid.UUID, identifier 
 	return rooms.EventType{ID: fuzzEventID, RoomID: roomID, Identifier: identifier}, nil
 }
 
-func (fixedCatalog) VersionOf(_ context.Context, eventTypeID uuid.UUID, version int) (rooms.Version, error) {
+func (c fixedCatalog) VersionOf(_ context.Context, eventTypeID uuid.UUID, version int) (rooms.Version, error) {
 	s, ok := versionSchemas[version]
+	if e, found := c.extra[version]; found {
+		s, ok = e, true
+	}
 	if eventTypeID != fuzzEventID || !ok {
 		return rooms.Version{}, rooms.ErrVersionNotFound
 	}
@@ -182,7 +189,7 @@ func (fixedCatalog) VersionOf(_ context.Context, eventTypeID uuid.UUID, version 
 
 func (c fixedCatalog) VersionsOf(ctx context.Context, eventTypeID uuid.UUID) ([]rooms.Version, error) {
 	var out []rooms.Version
-	for v := 1; v <= len(versionSchemas); v++ {
+	for v := 1; v <= len(versionSchemas); v++ { // not the extra ones
 		ver, err := c.VersionOf(ctx, eventTypeID, v)
 		if err != nil {
 			return nil, err

@@ -170,15 +170,30 @@ func (s *Service) Publish(ctx context.Context, ref string, inputs []Input, idemp
 		probs  api.Problems
 		events = make([]Event, 0, len(inputs))
 		sends  []Send
+		checks = make([]payloadCheck, 0, len(inputs))
+		budget rooms.ValidationBudget
 	)
 	for i, in := range inputs {
+		if err := ctx.Err(); err != nil {
+			return nil, err // the client is gone
+		}
 		field, pointer := "", ""
 		if batch {
 			field, pointer = fmt.Sprintf("messages[%d].", i), fmt.Sprintf("/messages/%d", i)
 		}
-		ev, ok, err := s.prepare(ctx, room, in, field, pointer, &probs)
+		ev, check, ok, err := s.prepare(ctx, room, in, field, pointer, &probs)
 		if err != nil {
 			return nil, err
+		}
+		if check.schema != nil {
+			if perr := budget.Spend(check.cost); perr != nil {
+				// No payload is checked: the request would cost more than
+				// any request may.
+				probs.AddPointer(check.field, check.pointer, perr.Message)
+				checks = nil
+				break
+			}
+			checks = append(checks, check)
 		}
 		if !ok {
 			continue
@@ -201,6 +216,12 @@ func (s *Service) Publish(ctx context.Context, ref string, inputs []Input, idemp
 			ev.Destinations++
 		}
 		events = append(events, ev)
+	}
+	for _, c := range checks {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		c.run(&probs)
 	}
 	if err := probs.Err(); err != nil {
 		return nil, err
@@ -281,8 +302,10 @@ func (s *Service) replay(ctx context.Context, roomID uuid.UUID, key, hash string
 	return out, nil
 }
 
-// prepare validates one input and resolves its event type and version.
-func (s *Service) prepare(ctx context.Context, room rooms.Room, in Input, field, pointer string, probs *api.Problems) (Event, bool, error) {
+// prepare validates one input and resolves its event type and version. Its
+// payload is decoded, to be checked against the version's schema once every
+// payload of the request is known to fit the validation budget.
+func (s *Service) prepare(ctx context.Context, room rooms.Room, in Input, field, pointer string, probs *api.Problems) (Event, payloadCheck, bool, error) {
 	before := probs.Len()
 	ev := Event{RoomID: room.ID, CorrelationID: in.CorrelationID, Attributes: in.Attributes, Trace: in.Trace}
 	if ev.CorrelationID == "" {
@@ -324,47 +347,48 @@ func (s *Service) prepare(ctx context.Context, room rooms.Room, in Input, field,
 	}
 	if in.EventType == "" {
 		probs.Add(field+"eventType", "is required")
-		return ev, false, nil
+		return ev, payloadCheck{}, false, nil
 	}
 	if in.EventTypeVersion != nil && !rooms.ValidVersion(*in.EventTypeVersion) {
 		probs.Add(field+"eventTypeVersion", fmt.Sprintf("must be an integer from 1 to %d", rooms.MaxVersion))
-		return ev, false, nil
+		return ev, payloadCheck{}, false, nil
 	}
 	// What the request names and does not exist is a 404 naming the field,
 	// which in a batch says which message.
 	et, err := s.catalog.EventTypeOf(ctx, room.ID, in.EventType)
 	if err != nil {
-		return ev, false, api.InField(field+"eventType", pointer+"/eventType", err)
+		return ev, payloadCheck{}, false, api.InField(field+"eventType", pointer+"/eventType", err)
 	}
 	var version rooms.Version
 	if in.EventTypeVersion != nil {
 		version, err = s.catalog.VersionOf(ctx, et.ID, *in.EventTypeVersion)
 		if err != nil {
-			return ev, false, api.InField(field+"eventTypeVersion", pointer+"/eventTypeVersion", err)
+			return ev, payloadCheck{}, false, api.InField(field+"eventTypeVersion", pointer+"/eventTypeVersion", err)
 		}
 	} else {
 		vs, err := s.catalog.VersionsOf(ctx, et.ID)
 		if err != nil {
-			return ev, false, err
+			return ev, payloadCheck{}, false, err
 		}
 		if len(vs) == 0 {
-			return ev, false, api.InField(field+"eventType", pointer+"/eventType", ErrNoVersions)
+			return ev, payloadCheck{}, false, api.InField(field+"eventType", pointer+"/eventType", ErrNoVersions)
 		}
 		version = vs[len(vs)-1]
 	}
 	ev.EventTypeID, ev.EventType, ev.Version = et.ID, et.Identifier, version.Version
+	var check payloadCheck
 	if len(in.Payload) > 0 {
 		schema, err := s.schemas.get(ctx, version)
 		if err != nil {
-			return ev, false, err
+			return ev, payloadCheck{}, false, err
 		}
-		validatePayload(schema, in.Payload, field+"payload", pointer+"/payload", probs)
+		check = decodePayload(schema, in.Payload, field+"payload", pointer+"/payload", probs)
 		ev.Payload = compact(in.Payload)
 	}
 	if ev.Attributes == nil {
 		ev.Attributes = map[string]string{}
 	}
-	return ev, probs.Len() == before, nil
+	return ev, check, probs.Len() == before, nil
 }
 
 // newSend is the first send of ev to sub.

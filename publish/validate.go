@@ -46,8 +46,8 @@ func (c *schemaCache) get(ctx context.Context, v rooms.Version) (*rooms.Schema, 
 	if errors.As(err, &refused) {
 		// Stored before the schema limits were set: the version can take
 		// no payload, and the publisher must be told why.
-		return nil, fmt.Errorf("event type version %d: its schema exceeds the schema limits (%v); create a new version: %w",
-			v.Version, refused, api.ErrConflict)
+		return nil, fmt.Errorf("event type version %d: its schema exceeds the schema limits (%s); create a new version: %w",
+			v.Version, refused.Error(), api.ErrConflict)
 	}
 	if err != nil {
 		return nil, err
@@ -63,22 +63,37 @@ func (c *schemaCache) get(ctx context.Context, v rooms.Version) (*rooms.Schema, 
 
 var printer = message.NewPrinter(language.English)
 
-// validatePayload checks payload against the schema and reports each
-// violation under field (e.g. "payload" or "messages[2].payload") with the
-// JSON pointer of the offending value in the request body (pointer is the
-// payload's own, e.g. "/messages/2/payload").
-func validatePayload(s *rooms.Schema, payload []byte, field, pointer string, probs *api.Problems) {
-	inst, err := s.DecodePayload(payload)
+// payloadCheck is a decoded payload to check against its schema, reported
+// under field (e.g. "payload" or "messages[2].payload") with pointer the
+// payload's JSON pointer in the request body (e.g. "/messages/2/payload").
+type payloadCheck struct {
+	schema         *rooms.Schema
+	value          any
+	cost           int64 // estimated, in ticks
+	field, pointer string
+}
+
+// decodePayload decodes payload for checking against the schema, or reports
+// why it cannot be checked and returns a zero payloadCheck.
+func decodePayload(s *rooms.Schema, payload []byte, field, pointer string, probs *api.Problems) payloadCheck {
+	inst, cost, err := s.DecodePayload(payload)
 	var refused *rooms.PointerError
 	if errors.As(err, &refused) {
 		probs.AddPointer(field, pointer+refused.Pointer, refused.Message)
-		return
+		return payloadCheck{}
 	}
 	if err != nil {
 		probs.Add(field, "is not valid JSON")
-		return
+		return payloadCheck{}
 	}
-	err = s.Validate(inst)
+	return payloadCheck{schema: s, value: inst, cost: cost, field: field, pointer: pointer}
+}
+
+// run checks the payload and reports each violation with the JSON pointer
+// of the offending value in the request body.
+func (c payloadCheck) run(probs *api.Problems) {
+	field, pointer := c.field, c.pointer
+	err := c.schema.Validate(c.value)
 	if err == nil {
 		return
 	}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -51,6 +53,7 @@ func CompileSchema(ctx context.Context, raw []byte) (*Schema, error) {
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.UseLoader(noRemoteLoader{})
+	c.UseRegexpEngine(compileRegexp)
 	if err := c.AddResource(schemaURL, doc); err != nil {
 		return nil, &PointerError{Message: fmt.Sprintf("is not a valid JSON Schema: %v", err)}
 	}
@@ -68,32 +71,63 @@ func CompileSchema(ctx context.Context, raw []byte) (*Schema, error) {
 	return &Schema{compiled: sch, cost: cost}, nil
 }
 
+// compileRegexp is the compiler's regular expression engine: the schema's
+// patterns, and the payload strings that format "regex" asserts (drafts 4 to
+// 7 do), go through it. A string past the limits on a pattern is refused
+// before it is compiled, as compiling costs with what it expands to (\pL{1000}
+// has 9 bytes and 650000 ranges).
+func compileRegexp(s string) (jsonschema.Regexp, error) {
+	if _, _, msg := checkPattern(s); msg != "" {
+		return nil, errors.New(msg)
+	}
+	return regexp.Compile(s)
+}
+
 // Validate checks a payload DecodePayload returned against the schema; a
 // violation is a *jsonschema.ValidationError.
 func (s *Schema) Validate(payload any) error {
 	return s.compiled.Validate(payload)
 }
 
-// DecodePayload decodes a payload for Validate. It refuses, with a
-// *PointerError, a payload nested deeper than MaxPayloadDepth, with a number
-// beyond the number limits, or whose check against the schema is estimated
-// to cost more than MaxValidationCost.
-func (s *Schema) DecodePayload(payload []byte) (any, error) {
-	v, err := jsonschema.UnmarshalJSON(bytes.NewReader(payload))
+// DecodePayload decodes a payload for Validate, with the estimated cost of
+// checking it (for a ValidationBudget). It refuses, with a *PointerError, a
+// payload nested deeper than MaxPayloadDepth, with a number beyond the
+// number limits, or whose check against the schema is estimated to cost
+// more than MaxValidationCost.
+func (s *Schema) DecodePayload(payload []byte) (v any, cost int64, err error) {
+	v, err = jsonschema.UnmarshalJSON(bytes.NewReader(payload))
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	shape, perr := measurePayload(v)
 	if perr != nil {
-		return nil, perr
+		return nil, 0, perr
 	}
-	if c := s.cost.payloadCost(shape); c > MaxValidationCost {
-		return nil, &PointerError{Message: fmt.Sprintf(
+	if cost = s.cost.payloadCost(shape); cost > MaxValidationCost {
+		return nil, 0, &PointerError{Message: fmt.Sprintf(
 			"is too large to check against this version's schema: the check is estimated at %s of CPU, more than the %s allowed; "+
 				"send a smaller payload, or use a schema with fewer alternatives (anyOf, oneOf), patterns or enum values",
-			ticksText(c), ticksText(MaxValidationCost))}
+			ticksText(cost), ticksText(MaxValidationCost))}
 	}
-	return v, nil
+	return v, cost, nil
+}
+
+// ValidationBudget sums the estimated costs of checking the payloads of one
+// request.
+type ValidationBudget struct{ spent int64 }
+
+// Spend adds the cost of checking one more payload. It refuses, with a
+// *PointerError, the payload that takes the sum past
+// MaxRequestValidationCost: none of the request's payloads is to be checked.
+func (b *ValidationBudget) Spend(cost int64) *PointerError {
+	b.spent = satAdd(b.spent, cost)
+	if b.spent <= MaxRequestValidationCost {
+		return nil
+	}
+	return &PointerError{Message: fmt.Sprintf(
+		"with the payloads before it, checking the request's payloads is estimated at %s of CPU, more than the %s one request may take; "+
+			"send the messages in smaller batches",
+		ticksText(b.spent), ticksText(MaxRequestValidationCost))}
 }
 
 // ticksText writes ticks (about a nanosecond each) as seconds.

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/santhosh-tekuri/jsonschema/v6"
+
 	"github.com/roomhub/messaging-api/rooms"
 )
 
@@ -185,7 +187,7 @@ func TestPayloadLimits(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			v, err := tc.schema.DecodePayload([]byte(tc.payload))
+			v, _, err := tc.schema.DecodePayload([]byte(tc.payload))
 			if tc.message == "" {
 				if err != nil {
 					t.Fatalf("refused: %v", err)
@@ -243,7 +245,7 @@ func FuzzCompileSchema(f *testing.F) {
 			return
 		}
 		for _, p := range payloads {
-			v, err := s.DecodePayload([]byte(p))
+			v, _, err := s.DecodePayload([]byte(p))
 			if err != nil {
 				continue // too costly for this schema: refused, not checked
 			}
@@ -260,4 +262,61 @@ func resolves(t *testing.T, doc []byte, p string) bool {
 		t.Fatalf("%s: %v", doc, err)
 	}
 	return s
+}
+
+// TestRegexFormat: drafts 4 to 7 assert format "regex", compiling each
+// payload string; a string past the limits on a pattern is refused before
+// it is compiled, and the estimate prices each at the most it may cost.
+func TestRegexFormat(t *testing.T) {
+	t.Parallel()
+	s := mustCompile(t, `{"$schema":"http://json-schema.org/draft-07/schema#","type":"array","items":{"format":"regex"}}`)
+
+	t.Run("costly strings", func(t *testing.T) {
+		t.Parallel()
+		// 250 KB of a 9-byte expression that compiles to 650000 ranges.
+		payload := `[` + list(17_000, `"\\pL{1000}N"`) + `]`
+		start := time.Now()
+		v, _, err := s.DecodePayload([]byte(payload))
+		if err == nil {
+			_ = s.Validate(v)
+		}
+		if d := time.Since(start); d > time.Second { // a guard: the check took 2.4 s
+			t.Errorf("answered after %v", d)
+		}
+		var refused *rooms.PointerError
+		if !errors.As(err, &refused) || !strings.Contains(refused.Message, "too large to check") {
+			t.Errorf("error %v, want too large to check", err)
+		}
+	})
+	cases := []struct {
+		name, payload string
+		says          string // "" for valid
+	}{
+		{"regular expressions", `["^[a-z]+$","\\d{3}-\\d{4}","[\\pL\\pN]{1,20}"]`, ""},
+		{"invalid", `["a(b"]`, "missing closing )"},
+		{"too many instructions", `["\\pL{1000}N"]`, "at most 1000 are allowed"},
+		{"a repeat of an alternation", `["(?:a|b{2}){500}"]`, "at most 1000 are allowed"},
+		{"too many ranges", `["(?:\\pL{100}){8}"]`, "at most 500000 are allowed"},
+		{"too long", `["` + strings.Repeat("a", rooms.MaxPatternLength+1) + `"]`, "at most 1024 are allowed"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			v, _, err := s.DecodePayload([]byte(tc.payload))
+			if err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			err = s.Validate(v)
+			if tc.says == "" {
+				if err != nil {
+					t.Fatalf("invalid: %v", err)
+				}
+				return
+			}
+			var ve *jsonschema.ValidationError
+			if !errors.As(err, &ve) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("error %v, want a validation error saying %q", err, tc.says)
+			}
+		})
+	}
 }

@@ -16,19 +16,22 @@ import (
 // const (both as big.Rat); another enum or const entry compared; a required
 // name looked up; and, per byte of the value (of its member names for
 // patternProperties), a regular expression instruction, a length count, a
-// uniqueItems hash and a format check.
+// uniqueItems hash and a format check. Format "regex" compiles the value:
+// per byte, parsing it (a character class such as \pL builds 650 ranges);
+// per value, what its repeats expand to within the limits on a pattern.
 const (
-	tickCheck         = 1_000
-	tickNumeric       = 5_000
-	tickNumberCompare = 8_000
-	tickValueCompare  = 20
-	tickRequired      = 50
-	tickPatternByte   = 30
-	tickLengthByte    = 1
-	tickUniqueByte    = 30
-	tickFormatByte    = 20
-	tickRegexFormat   = 200
-	tickCompareByte   = 2
+	tickCheck           = 1_000
+	tickNumeric         = 5_000
+	tickNumberCompare   = 8_000
+	tickValueCompare    = 20
+	tickRequired        = 50
+	tickPatternByte     = 30
+	tickLengthByte      = 1
+	tickUniqueByte      = 30
+	tickFormatByte      = 20
+	tickRegexFormat     = 500_000
+	tickRegexFormatByte = 20_000
+	tickCompareByte     = 2
 )
 
 // costCap keeps the estimates from overflowing: anything near it is far
@@ -281,7 +284,8 @@ func (g *costGraph) link(i int) {
 	}
 	if s.Format != nil {
 		if s.Format.Name == "regex" {
-			n.perByte += tickRegexFormat
+			n.ticks = satAdd(n.ticks, tickRegexFormat)
+			n.perByte = satAdd(n.perByte, tickRegexFormatByte)
 		} else {
 			n.perByte += tickFormatByte
 		}

@@ -57,6 +57,11 @@ const (
 	// MaxValidationCost bounds the estimated cost of checking one payload
 	// against its schema, in ticks (about a nanosecond each on one core).
 	MaxValidationCost = 500_000_000
+	// MaxRequestValidationCost bounds the estimated cost of checking all the
+	// payloads of one request (a batch holds up to 100): the same as one
+	// payload's, as what a request may cost does not depend on how its
+	// events are split.
+	MaxRequestValidationCost = MaxValidationCost
 )
 
 // PointerError is a value refused where it is: Pointer is the RFC 6901 JSON
@@ -247,21 +252,46 @@ func (w *schemaWalk) pattern(re, ptr string) {
 		w.fail(ptr, "has more than %d regular expressions (pattern, patternProperties)", MaxSchemaPatterns)
 		return
 	}
-	if len(re) > MaxPatternLength {
-		w.fail(ptr, "the regular expression has %d bytes; at most %d are allowed", len(re), MaxPatternLength)
+	program, ranges, msg := checkPattern(re)
+	if msg != "" {
+		w.fail(ptr, "%s", msg)
 		return
 	}
-	program, ranges := patternSize(re)
 	w.program += program
 	w.ranges += ranges
 	switch {
-	case program > MaxPatternProgram:
-		w.fail(ptr, "the regular expression compiles to %d instructions; at most %d are allowed (bounded repeats such as {1000} multiply)", program, MaxPatternProgram)
 	case w.program > MaxPatternProgramTotal:
 		w.fail(ptr, "the regular expressions compile to more than %d instructions in all", MaxPatternProgramTotal)
 	case w.ranges > MaxPatternRangesTotal:
 		w.fail(ptr, "the regular expressions' character classes have more than %d ranges in all (a class such as \\pL has about 650, and a repeat copies it)", MaxPatternRangesTotal)
 	}
+}
+
+// checkPattern applies the limits on one regular expression: its length,
+// MaxPatternProgram instructions, and MaxPatternRangesTotal character class
+// ranges (the most a schema's expressions have in all). It returns the
+// instructions and ranges re compiles to, or why it is refused; 0, 0, "" if
+// it does not parse: compiling it reports that.
+func checkPattern(re string) (program, ranges int, msg string) {
+	if len(re) > MaxPatternLength {
+		return 0, 0, fmt.Sprintf("the regular expression has %d bytes; at most %d are allowed", len(re), MaxPatternLength)
+	}
+	parsed, err := syntax.Parse(re, syntax.Perl)
+	if err != nil {
+		return 0, 0, ""
+	}
+	// Simplify expands bounded repeats, at a cost that grows with what they
+	// expand to: the parse tree refuses most of what is past the limits first.
+	if program, ranges = treeSize(parsed); program <= MaxPatternProgram && ranges <= MaxPatternRangesTotal {
+		program, ranges = progSize(parsed)
+	}
+	switch {
+	case program > MaxPatternProgram:
+		return program, ranges, fmt.Sprintf("the regular expression compiles to %d instructions or more; at most %d are allowed (bounded repeats such as {1000} multiply)", program, MaxPatternProgram)
+	case ranges > MaxPatternRangesTotal:
+		return program, ranges, fmt.Sprintf("the regular expression's character classes have %d ranges or more; at most %d are allowed (a class such as \\pL has about 650, and a repeat copies it)", ranges, MaxPatternRangesTotal)
+	}
+	return program, ranges, ""
 }
 
 // patternSize is the number of instructions of re compiled as Go's regexp
@@ -272,6 +302,10 @@ func patternSize(re string) (program, ranges int) {
 	if err != nil {
 		return 0, 0
 	}
+	return progSize(parsed)
+}
+
+func progSize(parsed *syntax.Regexp) (program, ranges int) {
 	prog, err := syntax.Compile(parsed.Simplify())
 	if err != nil {
 		return 0, 0
@@ -280,6 +314,36 @@ func patternSize(re string) (program, ranges int) {
 		ranges += len(in.Rune) / 2
 	}
 	return len(prog.Inst), ranges
+}
+
+// treeSize bounds from below what progSize counts, without expanding the
+// repeats: a literal compiles to an instruction per rune, a character class
+// to one with its ranges, a capture, alternative, star, plus or question
+// mark adds at least one, and x{n,m} copies x max(n, m) times.
+func treeSize(re *syntax.Regexp) (program, ranges int) {
+	switch re.Op {
+	case syntax.OpLiteral:
+		return len(re.Rune), 0
+	case syntax.OpCharClass:
+		return 1, len(re.Rune) / 2
+	case syntax.OpConcat, syntax.OpAlternate, syntax.OpCapture, syntax.OpStar, syntax.OpPlus, syntax.OpQuest, syntax.OpRepeat:
+		for _, sub := range re.Sub {
+			p, r := treeSize(sub)
+			program, ranges = program+p, ranges+r
+		}
+		switch re.Op {
+		case syntax.OpConcat:
+		case syntax.OpRepeat:
+			// The parser refuses nested repeats past 1000 copies in all.
+			n := max(re.Min, re.Max)
+			program, ranges = program*n, ranges*n
+		default:
+			program++
+		}
+		return program, ranges
+	default: // empty, any character, anchors, word boundaries, no match
+		return 1, 0
+	}
 }
 
 func sortedKeys(m map[string]any) []string {
