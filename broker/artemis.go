@@ -119,9 +119,10 @@ func (b *stompBroker) artemisDestroyQueue(ctx context.Context, dest Destination)
 // errManagement wraps a failure reported by the broker for a management operation.
 var errManagement = errors.New("broker: management operation failed")
 
-// mgmtReplyPrefix names the reply queue of each management call. The
-// SUBSCRIBE auto-creates it; auto-delete is off where "#" says so (as in our
-// broker.properties), so each call destroys its own queue when done.
+// mgmtReplyPrefix names the reply queue of each management call. Each call
+// creates its queue (auto-create may be off) and destroys it when done
+// (auto-delete may be off, as for "#" in our broker.properties); the queue is
+// not durable, so one a crash leaves behind goes with the broker's restart.
 const mgmtReplyPrefix = "messaging-api.management.reply."
 
 // artemisManage invokes operation on the broker resource over a short-lived
@@ -142,35 +143,41 @@ func (b *stompBroker) artemisManage(ctx context.Context, operation string, param
 	if err != nil {
 		return "", err
 	}
-	// Frames of one connection are handled in order, so the reply queue exists
-	// before the request is sent.
+	// Frames of one connection are handled in order: the reply queue is
+	// created (a createQueue without reply-to; the receipt says it ran) and
+	// subscribed to before the request is sent.
 	replyTo := mgmtReplyPrefix + uuid.NewString()
 	if b.replyQueueMade != nil {
 		b.replyQueueMade(replyTo)
 	}
+	qc, _ := json.Marshal(artemisQueueConfig{Name: replyTo, Address: replyTo, RoutingType: "ANYCAST", AutoCreateAddress: true})
+	create, _ := json.Marshal([]any{string(qc), true})
+	if err := c.send(b.cfg.managementAddress, "", create, b.cfg.receiptTimeout, b.mgmtOptions("createQueue")...); err != nil {
+		c.close()
+		return "", b.mgmtError(operation, err)
+	}
+	defer func() {
+		// The caller's context may be done: the queue is destroyed anyway.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.receiptTimeout)
+		defer cancel()
+		b.dropReplyQueue(ctx, replyTo)
+	}()
 	sub, err := c.sc.Subscribe(replyTo, stomp.AckAuto, stomp.SubscribeOpt.Header("subscription-type", "ANYCAST"))
 	if err != nil {
 		c.close()
 		return "", fmt.Errorf("broker: %s: subscribe to reply queue: %w", operation, err)
 	}
-	defer func() {
-		c.closeDraining(sub)
-		b.dropReplyQueue(ctx, replyTo)
-	}()
+	defer c.closeDraining(sub) // runs before the queue is destroyed
 
 	correlationID := uuid.NewString()
-	err = c.send(b.cfg.managementAddress, "", body, b.cfg.receiptTimeout,
-		stomp.SendOpt.Receipt,
-		stomp.SendOpt.NoContentLength,
+	err = c.send(b.cfg.managementAddress, "", body, b.cfg.receiptTimeout, append(b.mgmtOptions(operation),
 		func(f *frame.Frame) error {
-			f.Header.Set(mgmtHeaderResource, mgmtResourceBroker)
-			f.Header.Set(mgmtHeaderOperation, operation)
 			f.Header.Set(stomp.ReplyToHeader, replyTo)
 			f.Header.Set(HeaderCorrelationID, correlationID)
 			return nil
-		})
+		})...)
 	if err != nil {
-		return "", fmt.Errorf("broker: %s: %w", operation, err)
+		return "", b.mgmtError(operation, err)
 	}
 
 	timeout := time.NewTimer(b.cfg.receiptTimeout)
@@ -207,18 +214,35 @@ func (b *stompBroker) artemisManage(ctx context.Context, operation string, param
 // the broker ran it. A failure leaves one empty queue behind and is logged.
 func (b *stompBroker) dropReplyQueue(ctx context.Context, queue string) {
 	body, _ := json.Marshal([]any{queue, true, true})
-	err := b.sendOnce(ctx, b.cfg.managementAddress, body, []func(*frame.Frame) error{
+	if err := b.sendOnce(ctx, b.cfg.managementAddress, body, b.mgmtOptions("destroyQueue")); err != nil {
+		b.log.Warn("broker: management reply queue left behind", "queue", queue, "err", err)
+	}
+}
+
+// mgmtOptions are the headers of a SEND invoking operation on the broker
+// resource, with a receipt. Artemis reads a STOMP body as text only without
+// content-length.
+func (b *stompBroker) mgmtOptions(operation string) []func(*frame.Frame) error {
+	return []func(*frame.Frame) error{
 		stomp.SendOpt.Receipt,
 		stomp.SendOpt.NoContentLength,
 		func(f *frame.Frame) error {
 			f.Header.Set(mgmtHeaderResource, mgmtResourceBroker)
-			f.Header.Set(mgmtHeaderOperation, "destroyQueue")
+			f.Header.Set(mgmtHeaderOperation, operation)
 			return nil
 		},
-	})
-	if err != nil {
-		b.log.Warn("broker: management reply queue left behind", "queue", queue, "err", err)
 	}
+}
+
+// mgmtError wraps the failure of a management SEND. An ERROR frame answering
+// it means the login may not use the management address: a setting, so it
+// matches ErrMisconfigured.
+func (b *stompBroker) mgmtError(operation string, err error) error {
+	if isRefusal(err) {
+		return fmt.Errorf("%w: the broker refused management operation %s on %s (the login needs the manage permission there): %w",
+			ErrMisconfigured, operation, b.cfg.managementAddress, err)
+	}
+	return fmt.Errorf("broker: %s: %w", operation, err)
 }
 
 // managementResult extracts the text of a management reply: a JSON array whose

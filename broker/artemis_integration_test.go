@@ -178,6 +178,9 @@ func TestArtemisPrepareWithoutAutoCreate(t *testing.T) {
 	ctx := t.Context()
 	address := "noauto-test-" + uuid.NewString()
 	withAddressSettings(t, admin, address, map[string]any{"autoCreateQueues": false, "maxDeliveryAttempts": -1})
+	// Management calls make their reply queues themselves: they work with
+	// auto-create off there too.
+	withAddressSettings(t, admin, mgmtReplyPrefix+"#", map[string]any{"autoCreateQueues": false, "autoCreateAddresses": false})
 	existing := Destination{Address: address, Queue: "existing"}
 	if err := admin.EnsureQueue(ctx, existing); err != nil {
 		t.Fatalf("EnsureQueue: %v", err)

@@ -171,7 +171,7 @@ func (s *fakeStomp) replyManagement(fc *fakeConn, req *frame.Frame) {
 	s.deliverOn(fc, subID, replyTo, []string{
 		"correlation-id", req.Header.Get("correlation-id"),
 		"_AMQ_OperationSucceeded", strconv.FormatBool(succeeded),
-	}, []byte(body))
+	}, body)
 }
 
 // listQueues answers listQueues for the queue named in its filter with the

@@ -49,6 +49,7 @@ type stompBroker struct {
 	replyQueueMade func(name string)
 	ensuredMu      sync.Mutex
 	ensured        map[string]struct{}
+	ensuring       map[string]chan struct{} // creations under way, closed when done
 
 	closeOnce sync.Once
 }
@@ -59,13 +60,14 @@ func openStomp(ctx context.Context, cfg stompConfig, logger *slog.Logger) (*stom
 	logger = logger.With("broker", cfg.redacted, "dialect", string(cfg.dialect))
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	b := &stompBroker{
-		cfg:     cfg,
-		log:     logger,
-		ctx:     bctx,
-		cancel:  cancel,
-		idle:    make(chan *link, cfg.senders),
-		subs:    make(map[*stompSub]struct{}),
-		ensured: make(map[string]struct{}),
+		cfg:      cfg,
+		log:      logger,
+		ctx:      bctx,
+		cancel:   cancel,
+		idle:     make(chan *link, cfg.senders),
+		subs:     make(map[*stompSub]struct{}),
+		ensured:  make(map[string]struct{}),
+		ensuring: make(map[string]chan struct{}),
 	}
 	b.ensureBeforeSend.Store(cfg.dialect == dialectArtemis)
 	// One synchronous dial tells a wrong password or a non-STOMP port apart from a
@@ -146,17 +148,23 @@ func (b *stompBroker) Send(ctx context.Context, msg Message) error {
 				return sendError(dest, ctx.Err(), lastErr)
 			}
 		}
-		err := b.ensureOnce(ctx, msg.Destination)
-		if err == nil {
-			err = b.sendOnce(ctx, dest, msg.Body, opts)
+		if err := b.ensureOnce(ctx, msg.Destination); err != nil {
+			// Not a verdict on the message (a management permission, a taken
+			// queue name): it waits, as during an outage, and the log says why.
+			if errors.Is(err, ErrClosed) || ctx.Err() != nil {
+				return sendError(dest, err, lastErr)
+			}
+			lastErr = fmt.Errorf("create the queue before the first send: %w", err)
+			b.log.WarnContext(ctx, "broker: queue not created before its first send; retrying", "destination", dest,
+				"correlation_id", msg.CorrelationID, "attempt", attempt+1, "err", err)
+			continue
 		}
+		err := b.sendOnce(ctx, dest, msg.Body, opts)
 		switch {
 		case err == nil:
 			return nil
 		case errors.Is(err, ErrClosed), ctx.Err() != nil:
 			return sendError(dest, err, lastErr)
-		case errors.Is(err, errManagement), errors.Is(err, ErrMisconfigured):
-			return refused(fmt.Errorf("broker: cannot create %s before sending to it: %w", dest, err))
 		case isRefusal(err):
 			return refusedByBroker(fmt.Errorf("broker: %s refused the message: %w", b.cfg.dialect, err), refusalText(err))
 		}
@@ -169,24 +177,40 @@ func (b *stompBroker) Send(ctx context.Context, msg Message) error {
 // ensureOnce creates dest before this process first sends to it, unless
 // Prepare found that Artemis creates missing queues on a SEND: where it does
 // not, it answers the SEND with a RECEIPT and drops the message.
+// Concurrent first sends to one destination share one creation.
 func (b *stompBroker) ensureOnce(ctx context.Context, dest Destination) error {
 	if !b.ensureBeforeSend.Load() {
 		return nil
 	}
 	key := dest.FQQN()
-	b.ensuredMu.Lock()
-	_, done := b.ensured[key]
-	b.ensuredMu.Unlock()
-	if done {
-		return nil
-	}
-	if err := b.artemisCreateQueue(ctx, dest); err != nil {
+	for {
+		b.ensuredMu.Lock()
+		if _, done := b.ensured[key]; done {
+			b.ensuredMu.Unlock()
+			return nil
+		}
+		if wait, busy := b.ensuring[key]; busy {
+			b.ensuredMu.Unlock()
+			select {
+			case <-wait:
+				continue // done, or failed: then this send tries itself
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		done := make(chan struct{})
+		b.ensuring[key] = done
+		b.ensuredMu.Unlock()
+		err := b.artemisCreateQueue(ctx, dest)
+		b.ensuredMu.Lock()
+		delete(b.ensuring, key)
+		if err == nil {
+			b.ensured[key] = struct{}{}
+		}
+		b.ensuredMu.Unlock()
+		close(done)
 		return err
 	}
-	b.ensuredMu.Lock()
-	b.ensured[key] = struct{}{}
-	b.ensuredMu.Unlock()
-	return nil
 }
 
 func sendError(dest string, err, last error) error {
@@ -350,7 +374,13 @@ func (b *stompBroker) EnsureQueue(ctx context.Context, dest Destination) error {
 	if b.cfg.dialect == dialectActiveMQ {
 		return nil
 	}
-	return b.artemisCreateQueue(ctx, dest)
+	if err := b.artemisCreateQueue(ctx, dest); err != nil {
+		return err
+	}
+	b.ensuredMu.Lock()
+	b.ensured[dest.FQQN()] = struct{}{}
+	b.ensuredMu.Unlock()
+	return nil
 }
 
 // DeleteQueue destroys dest on Artemis (consumers are disconnected first). On

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -160,11 +161,32 @@ func refuseSends(fs *fakeStomp, message, body string, refuse func(dest string) b
 	}
 }
 
+// notManagement refuses the service's messages, not its management calls.
+func notManagement(dest string) bool { return dest != "activemq.management" }
+
+// TestStompManagementRefused: a login without the manage permission is a
+// setting: Prepare says so (ErrMisconfigured), and a first send, which creates
+// its queue first, waits as during an outage instead of refusing the message.
+func TestStompManagementRefused(t *testing.T) {
+	fs := newFakeStomp(t)
+	refuseSends(fs, "AMQ229032: User roomhub does not have permission='MANAGE'", "", func(d string) bool { return !notManagement(d) })
+	b := openFake(t, fs, "dialect=artemis&maxReconnectDelay=200ms")
+	if _, err := b.Prepare(testCtx(t), []string{"room-1"}); !errors.Is(err, broker.ErrMisconfigured) || !strings.Contains(err.Error(), "manage permission") {
+		t.Errorf("Prepare: %v, want ErrMisconfigured naming the manage permission", err)
+	}
+	ctx, cancel := context.WithTimeout(testCtx(t), time.Second)
+	defer cancel()
+	err := b.Send(ctx, broker.Message{Destination: broker.Destination{Address: "a", Queue: "q"}, Body: []byte("x"), Attempt: 1})
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, broker.ErrRefused) {
+		t.Errorf("Send: %v, want it to wait for its context, not a refusal", err)
+	}
+}
+
 // TestStompRefusal: an ERROR frame answering a SEND is returned at once, not
 // retried until the context ends.
 func TestStompRefusal(t *testing.T) {
 	fs := newFakeStomp(t)
-	refuseSends(fs, "AMQ229032: not allowed", "details", func(string) bool { return true })
+	refuseSends(fs, "AMQ229032: not allowed", "details", notManagement)
 	b := openFake(t, fs, "dialect=artemis")
 	start := time.Now()
 	err := b.Send(testCtx(t), broker.Message{Destination: broker.Destination{Address: "a", Queue: "q"}, Body: []byte("x"), Attempt: 1})
@@ -192,7 +214,7 @@ func TestStompRefusalAddressFull(t *testing.T) {
 			"javax.jms.ResourceAllocationException: Usage Manager Memory Limit reached.\n\tat org.apache.activemq.broker.region.Queue.send(Queue.java:731)"},
 	} {
 		fs := newFakeStomp(t)
-		refuseSends(fs, tc.header, tc.body, func(string) bool { return true })
+		refuseSends(fs, tc.header, tc.body, notManagement)
 		b := openFake(t, fs, "dialect=artemis")
 		err := b.Send(testCtx(t), broker.Message{Destination: broker.Destination{Address: "a", Queue: "q"}, Body: []byte("x"), Attempt: 1})
 		if !errors.Is(err, broker.ErrRefused) || !errors.Is(err, broker.ErrFull) {
@@ -373,5 +395,44 @@ func TestStompSlowReader(t *testing.T) {
 		if got := d.Headers["x-n"]; got != strconv.Itoa(i) {
 			t.Fatalf("delivery %d has x-n %s: order lost", i, got)
 		}
+	}
+}
+
+// TestStompFirstSendsShareOneQueueCreation: concurrent first sends to a new
+// destination create its queue once, and none after EnsureQueue.
+func TestStompFirstSendsShareOneQueueCreation(t *testing.T) {
+	fs := newFakeStomp(t)
+	b := openFake(t, fs, "dialect=artemis&senders=8")
+	creations := func(queue string) int {
+		n := 0
+		for _, r := range fs.recorded() {
+			if r.frame.Command == frame.SEND && r.frame.Header.Get("_AMQ_OperationName") == "createQueue" &&
+				strings.Contains(string(r.frame.Body), `\"name\":\"`+queue+`\"`) {
+				n++
+			}
+		}
+		return n
+	}
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			if err := b.Send(testCtx(t), broker.Message{Destination: broker.Destination{Address: "a", Queue: "q"}, Body: []byte("x"), Attempt: 1}); err != nil {
+				t.Errorf("Send: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := creations("q"); n != 1 {
+		t.Errorf("%d createQueue calls for 20 concurrent first sends, want 1", n)
+	}
+	d := broker.Destination{Address: "a", Queue: "ensured"}
+	if err := b.EnsureQueue(testCtx(t), d); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Send(testCtx(t), broker.Message{Destination: d, Body: []byte("x"), Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if n := creations("ensured"); n != 1 {
+		t.Errorf("%d createQueue calls after EnsureQueue and a send, want 1", n)
 	}
 }

@@ -241,7 +241,8 @@ func prepareBroker(ctx context.Context, b broker.Broker, pushQueue broker.Destin
 	}
 }
 
-// checkBroker runs the broker checks of prepareBroker once and prints what
+// checkBroker runs the broker checks of prepareBroker once (creating the push
+// queue, as a start would) and prints what
 // they find: an operator's way to see that the broker (its broker.properties
 // included) suits the service before starting it.
 func checkBroker(ctx context.Context, cfg Config, logger *slog.Logger, out io.Writer) error {
@@ -252,6 +253,9 @@ func checkBroker(ctx context.Context, cfg Config, logger *slog.Logger, out io.Wr
 		return fmt.Errorf("broker: %w", err)
 	}
 	defer b.Close()
+	if err := b.EnsureQueue(ctx, cfg.PushQueue); err != nil {
+		return fmt.Errorf("push queue %s: %w", cfg.PushQueue, err)
+	}
 	warnings, err := b.Prepare(ctx, []string{rooms.Address(uuid.Nil), cfg.PushQueue.Address})
 	for _, w := range warnings {
 		fmt.Fprintln(out, "warning:", w)
