@@ -59,7 +59,7 @@ export TEST_DATABASE_URL
 
 # The packages whose tests use a real broker (they read BROKER_TEST_URL): they
 # run once more on ActiveMQ Classic after the whole suite ran on Artemis.
-BROKER_TEST_PKGS = $$(grep -rl --include='*_test.go' BROKER_TEST_URL . | xargs -n1 dirname | sort -u)
+BROKER_TEST_PKGS = $$(grep -rl --include='*_test.go' BROKER_TEST_URL . | xargs -n1 dirname | sort -u | tr '\n' ' ')
 
 # test_on runs the tests of $(2) against the broker $(1) (artemis or activemq):
 # everything but the restart tests, then those alone (they restart the broker
@@ -94,10 +94,12 @@ test-short: ## unit tests only: no PostgreSQL, no broker
 	$(GO) test -short -count=1 ./...
 
 .PHONY: lint
-lint: ## gofmt, go vet, and golangci-lint when installed
+lint: ## gofmt, go mod tidy, go vet, and golangci-lint (installed first on CI)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	@$(GO) mod tidy -diff >/dev/null || { echo "go mod tidy would change go.mod or go.sum"; $(GO) mod tidy -diff; exit 1; }
 	$(GO) vet ./...
-	@lint=$$(command -v golangci-lint || echo "$$(go env GOPATH)/bin/golangci-lint"); \
+	@lint="$$(go env GOPATH)/bin/golangci-lint"; \
+	if [ ! -x "$$lint" ] && [ "$${CI:-}" = true ]; then $(MAKE) --no-print-directory lint-install; fi; \
 	if [ -x "$$lint" ]; then "$$lint" run ./...; \
 	else echo "golangci-lint not installed (make lint-install); skipped"; fi
 

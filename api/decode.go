@@ -79,7 +79,7 @@ func checkContentType(ct string) error {
 	case err != nil:
 		return echo.NewHTTPError(http.StatusUnsupportedMediaType,
 			fmt.Sprintf("Content-Type %q is not a media type: send application/json", ct))
-	case mt != "application/json" && !(strings.HasPrefix(mt, "application/") && strings.HasSuffix(mt, "+json")):
+	case mt != "application/json" && (!strings.HasPrefix(mt, "application/") || !strings.HasSuffix(mt, "+json")):
 		return echo.NewHTTPError(http.StatusUnsupportedMediaType,
 			fmt.Sprintf("Content-Type %q is not JSON: send application/json", mt))
 	case params["charset"] != "" && !strings.EqualFold(params["charset"], "utf-8"):

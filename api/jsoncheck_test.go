@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -111,8 +112,8 @@ func TestDecodeRefusesNUL(t *testing.T) {
 			}
 			continue
 		}
-		ve, ok := err.(*ValidationError)
-		if !ok || ve.Fields[0].Field != tc.field || ve.Status != 0 {
+		var ve *ValidationError
+		if !errors.As(err, &ve) || ve.Fields[0].Field != tc.field || ve.Status != 0 {
 			t.Errorf("%s: got %v, want a 422 naming %s", tc.body, err, tc.field)
 		}
 	}

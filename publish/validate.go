@@ -46,8 +46,8 @@ func (c *schemaCache) get(ctx context.Context, v rooms.Version) (*rooms.Schema, 
 	if errors.As(err, &refused) {
 		// Stored before the schema limits were set: the version can take
 		// no payload, and the publisher must be told why.
-		return nil, fmt.Errorf("event type version %d: its schema exceeds the schema limits (%v); create a new version: %w",
-			v.Version, refused, api.ErrConflict)
+		return nil, fmt.Errorf("event type version %d: its schema exceeds the schema limits (%s); create a new version: %w",
+			v.Version, refused.Error(), api.ErrConflict)
 	}
 	if err != nil {
 		return nil, err

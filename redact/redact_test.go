@@ -73,7 +73,7 @@ func TestError(t *testing.T) {
 		}
 	}
 	plain := errors.New("connection refused")
-	if Error(plain, "postgres://app:x@db/msg") != plain {
+	if Error(plain, "postgres://app:x@db/msg") != plain { //nolint:errorlint // the very value is kept, not a wrapper
 		t.Error("an error without the password is not kept as it is")
 	}
 	if Error(nil, "postgres://app:x@db/msg") != nil {

@@ -25,9 +25,9 @@ func ResolvePointerForTest(doc []byte, p string) (bool, error) {
 			}
 			v = e
 		case []any:
-			i, err := strconv.Atoi(tok)
-			if err != nil || i < 0 || i >= len(c) {
-				return false, nil
+			i, convErr := strconv.Atoi(tok)
+			if convErr != nil || i < 0 || i >= len(c) {
+				return false, nil //nolint:nilerr // not an index of this array: no such member, not a failure
 			}
 			v = c[i]
 		default:

@@ -133,7 +133,7 @@ func TestPublishAll(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(claimed) != 1 || claimed[0].Send.ID != free.Sends[0].ID {
+			if len(claimed) != 1 || claimed[0].ID != free.Sends[0].ID {
 				t.Errorf("claimable: %+v, want only the unleased send %s", claimed, free.Sends[0].ID)
 			}
 

@@ -117,7 +117,7 @@ func Test405WithKeys(t *testing.T) {
 		}
 	}
 	// Without a key: 401 first, as for every path under /v1.
-	req, _ := http.NewRequest("PUT", f.srv.URL+"/v1/rooms/"+f.roomA, nil)
+	req, _ := http.NewRequest(http.MethodPut, f.srv.URL+"/v1/rooms/"+f.roomA, nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
