@@ -143,7 +143,7 @@ endef
 .PHONY: bench bench-smoke
 bench: ## benchmark the service against the raw broker (BROKER=artemis|activemq, started if needed; + PostgreSQL); table on stdout, bench.json
 	@$(bench_broker); \
-	$(GO) run ./cmd/msgbench -broker-kind '$(BROKER)' -broker "$$url" $(BENCH_FLAGS)
+	$(GO) run ./cmd/msgbench -broker-kind '$(BROKER)' -broker "$$url" -db "$$TEST_DATABASE_URL" $(BENCH_FLAGS)
 bench-smoke: ## run the benchmark with tiny parameters and check every figure (BROKER's local broker when installed, else embedded)
 	@if bash scripts/$(if $(filter activemq,$(BROKER)),activemq,artemis).sh installed; then \
 		$(bench_broker) && \

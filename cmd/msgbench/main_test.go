@@ -277,3 +277,10 @@ func TestSteady(t *testing.T) {
 		}
 	}
 }
+
+func TestMaskedArgs(t *testing.T) {
+	got := maskedArgs([]string{"-broker", "stomp://artemis:s3cret@127.0.0.1:61613?dialect=artemis", "-db", "postgres://postgres:s3cret@127.0.0.1:5432/test", "-messages", "10"})
+	if strings.Contains(got, "s3cret") || !strings.Contains(got, "-messages 10") || !strings.Contains(got, "127.0.0.1:5432/test") {
+		t.Errorf("maskedArgs = %q", got)
+	}
+}

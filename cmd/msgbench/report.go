@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/redact"
 )
 
 // Figure is one measured number.
@@ -73,7 +74,7 @@ func newReport(cfg config, brokerURL string) *Report {
 	}
 	return &Report{
 		Machine:    machine(),
-		Command:    strings.TrimSpace("go run ./cmd/msgbench " + strings.Join(cfg.args, " ")),
+		Command:    strings.TrimSpace("go run ./cmd/msgbench " + maskedArgs(cfg.args)),
 		Broker:     broker.Redact(brokerURL),
 		BrokerKind: kind,
 		Database:   db,
@@ -295,4 +296,16 @@ func perSecond(n int, d time.Duration) float64 {
 		return 0
 	}
 	return float64(n) / d.Seconds()
+}
+
+// maskedArgs joins the command line with the passwords of its URLs masked.
+func maskedArgs(args []string) string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = a
+		if strings.Contains(a, "://") {
+			out[i] = redact.ConnString(a)
+		}
+	}
+	return strings.Join(out, " ")
 }
