@@ -8,13 +8,14 @@ import (
 	"time"
 
 	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/message"
 )
 
 // Batch is one publish call's rows: its events, their sends, and the lease
 // of the sends' outbox rows.
 type Batch struct {
-	Events []Event
-	Sends  []Send
+	Events []message.Event
+	Sends  []message.Send
 	Lease  Lease
 }
 

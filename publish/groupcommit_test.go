@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/message"
 )
 
 // groupStore records how publishes were grouped; PublishAll can be held
@@ -70,7 +71,7 @@ func (s *groupStore) single(ctx context.Context, b Batch) error {
 
 func batchOf() Batch {
 	id := uuid.New()
-	return Batch{Events: []Event{{ID: id}}, Sends: []Send{{ID: uuid.New(), EventID: id}}}
+	return Batch{Events: []message.Event{{ID: id}}, Sends: []message.Send{{ID: uuid.New(), EventID: id}}}
 }
 
 // TestGroupCommitGroups: a lone publish is stored alone at once; publishes

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/roomhub/messaging-api/message"
 )
 
 // The hand-off: a publish stores its sends leased to this process's relay and
@@ -172,7 +173,7 @@ func (r *Relay) streamOne(ctx context.Context, x handed) {
 		// Not cancelled by a shutdown: a send cut off mid-way may have
 		// reached the broker, and would then go out twice.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.SendTimeout)
-		err := r.broker.Send(sctx, Message(x.p, now))
+		err := r.broker.Send(sctx, message.Encode(x.p.Send, x.p.Event, now))
 		cancel()
 		switch {
 		case refused(err):

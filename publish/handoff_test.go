@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/subscriptions"
 )
@@ -45,11 +46,11 @@ func (h *handOffRelay) HandOff(lease publish.Lease, p []publish.Pending) {
 type leaseStore struct {
 	memEvents
 	leases []publish.Lease
-	sends  []publish.Send
+	sends  []message.Send
 	fail   error
 }
 
-func (s *leaseStore) Publish(ctx context.Context, events []publish.Event, sends []publish.Send, lease publish.Lease) error {
+func (s *leaseStore) Publish(ctx context.Context, events []message.Event, sends []message.Send, lease publish.Lease) error {
 	if s.fail != nil {
 		return s.fail
 	}

@@ -3,6 +3,7 @@ package publish
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/message"
 )
 
 // Routes registers the publish and message-log endpoints under g (/v1).
@@ -34,7 +36,7 @@ type publishResponse struct {
 	Traceparent      string     `json:"traceparent,omitempty"`
 }
 
-func toPublishResponse(e Event) publishResponse {
+func toPublishResponse(e message.Event) publishResponse {
 	return publishResponse{
 		EventID: e.ID.String(), CorrelationID: e.CorrelationID, EventType: e.EventType,
 		EventTypeVersion: e.Version, Destinations: e.Destinations, PublishedAt: e.PublishedAt,
@@ -116,15 +118,15 @@ func (h handlers) publishBatch(c echo.Context) error {
 }
 
 type attemptResponse struct {
-	ID             string     `json:"id"`
-	Attempt        int        `json:"attempt"`
-	ScheduledDelay int64      `json:"scheduledDelay"`
-	CreatedAt      time.Time  `json:"createdAt"`
-	SentAt         *time.Time `json:"sentAt"`
-	Status         Status     `json:"status"`
-	StatusCode     *int       `json:"statusCode"`
-	Error          string     `json:"error,omitempty"`
-	CompletedAt    *time.Time `json:"completedAt"`
+	ID             string         `json:"id"`
+	Attempt        int            `json:"attempt"`
+	ScheduledDelay int64          `json:"scheduledDelay"`
+	CreatedAt      time.Time      `json:"createdAt"`
+	SentAt         *time.Time     `json:"sentAt"`
+	Status         message.Status `json:"status"`
+	StatusCode     *int           `json:"statusCode"`
+	Error          string         `json:"error,omitempty"`
+	CompletedAt    *time.Time     `json:"completedAt"`
 }
 
 type deliveryResponse struct {
@@ -151,7 +153,7 @@ type eventResponse struct {
 }
 
 // toEventResponse groups the sends of e by subscription, each in attempt order.
-func toEventResponse(e Event, sends []Send) eventResponse {
+func toEventResponse(e message.Event, sends []message.Send) eventResponse {
 	r := eventResponse{
 		EventID: e.ID.String(), RoomID: e.RoomID.String(), CorrelationID: e.CorrelationID,
 		EventType: e.EventType, EventTypeVersion: e.Version, Payload: e.Payload, Attributes: e.Attributes,
@@ -211,4 +213,15 @@ func (h handlers) list(c echo.Context) error {
 		out.NextCursor = api.EncodeCursor(evs[len(evs)-1].ID.String())
 	}
 	return c.JSON(http.StatusOK, out)
+}
+
+// requestTrace is the trace context of a publish request. Two traceparent
+// headers are as invalid as a malformed one: a new trace starts.
+func requestTrace(c echo.Context) message.Trace {
+	h := c.Request().Header
+	tp := h.Values(message.HeaderTraceparent)
+	if len(tp) != 1 {
+		tp = []string{""}
+	}
+	return message.TraceFrom(tp[0], h.Values(message.HeaderTracestate), rand.Uint64)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/api/apitest"
 	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/subscriptions"
@@ -104,7 +105,7 @@ func FuzzPublishRequest(f *testing.F) {
 }
 
 // checkTransmissible: what push puts in request headers can be sent.
-func checkTransmissible(t *testing.T, ev publish.Event) {
+func checkTransmissible(t *testing.T, ev message.Event) {
 	t.Helper()
 	values := map[string]string{"correlation id": ev.CorrelationID, "event type": ev.EventType}
 	for k, v := range ev.Attributes {
@@ -219,10 +220,10 @@ func (nopNotifier) Notify() {}
 // rest is embedded nil and panics if called, which the fuzz target reports.
 type memEvents struct {
 	publish.Store
-	events []publish.Event
+	events []message.Event
 }
 
-func (m *memEvents) Publish(_ context.Context, events []publish.Event, _ []publish.Send, _ publish.Lease) error {
+func (m *memEvents) Publish(_ context.Context, events []message.Event, _ []message.Send, _ publish.Lease) error {
 	for _, ev := range events {
 		if ev.IdempotencyKey == "" {
 			continue
@@ -235,17 +236,17 @@ func (m *memEvents) Publish(_ context.Context, events []publish.Event, _ []publi
 	return nil
 }
 
-func (m *memEvents) EventByIdempotencyKey(_ context.Context, roomID uuid.UUID, key string) (publish.Event, error) {
+func (m *memEvents) EventByIdempotencyKey(_ context.Context, roomID uuid.UUID, key string) (message.Event, error) {
 	for _, ev := range m.events {
 		if ev.RoomID == roomID && ev.IdempotencyKey == key {
 			return ev, nil
 		}
 	}
-	return publish.Event{}, publish.ErrEventNotFound
+	return message.Event{}, publish.ErrEventNotFound
 }
 
-func (m *memEvents) EventsByRequest(_ context.Context, roomID, requestID uuid.UUID) ([]publish.Event, error) {
-	var out []publish.Event
+func (m *memEvents) EventsByRequest(_ context.Context, roomID, requestID uuid.UUID) ([]message.Event, error) {
+	var out []message.Event
 	for _, ev := range m.events {
 		if ev.RoomID == roomID && ev.RequestID == requestID {
 			out = append(out, ev)

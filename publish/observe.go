@@ -3,6 +3,7 @@ package publish
 import (
 	"strings"
 
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/rooms"
 )
 
@@ -31,7 +32,7 @@ func (s *Service) Observe(o Observer) *Service {
 	return s
 }
 
-func (s *Service) observe(room rooms.Room, events []Event, sends []Send) {
+func (s *Service) observe(room rooms.Room, events []message.Event, sends []message.Send) {
 	if len(events) == 0 {
 		return
 	}

@@ -8,18 +8,17 @@ package publish
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/message"
 )
 
 // Sentinel errors.
 var (
-	ErrRoomTerminated = fmt.Errorf("the room is TERMINATED and accepts no events: %w", api.ErrConflict)
 	ErrEventNotFound  = fmt.Errorf("event %w", api.ErrNotFound)
 	ErrIdempotencyKey = fmt.Errorf("the Idempotency-Key was already used with a different request: %w", api.ErrConflict)
 	ErrNoVersions     = fmt.Errorf("the event type has no versions yet: %w", api.ErrNotFound)
@@ -27,78 +26,13 @@ var (
 	ErrDuplicateKey = fmt.Errorf("idempotency key taken: %w", api.ErrConflict)
 )
 
-// Status of one send in the published-messages log.
-type Status string
-
-const (
-	StatusPending      Status = "pending"       // stored, not yet confirmed by the broker
-	StatusSent         Status = "sent"          // in the broker, awaiting delivery
-	StatusDelivered    Status = "delivered"     // the subscriber took it (2xx, or ack)
-	StatusFailed       Status = "failed"        // this attempt failed; a later row retries it
-	StatusExpired      Status = "expired"       // expired before it could be delivered
-	StatusDeadLettered Status = "dead_lettered" // no more attempts
-	StatusDropped      Status = "dropped"       // its subscription was terminated or deleted
-)
-
-// Event is one published event.
-type Event struct {
-	ID     uuid.UUID
-	RoomID uuid.UUID
-	// RequestID is shared by the events of one publish request (a batch).
-	RequestID      uuid.UUID
-	CorrelationID  string
-	EventTypeID    uuid.UUID
-	EventType      string
-	Version        int
-	Payload        json.RawMessage
-	Attributes     map[string]string
-	IdempotencyKey string
-	RequestHash    string
-	Destinations   int
-	PublishedAt    time.Time
-	ExpiresAt      time.Time // zero: never
-	// Trace is the W3C trace context every copy carries.
-	Trace Trace
-}
-
-// Send is one row of the published-messages log: one copy of an event sent
-// (or owed) to the broker for one subscription and attempt.
-type Send struct {
-	ID               uuid.UUID
-	EventID          uuid.UUID
-	RoomID           uuid.UUID
-	CorrelationID    string
-	SubscriptionID   uuid.UUID
-	SubscriptionType string
-	Destination      string // the broker queue, FQQN
-	Attempt          int
-	// Held counts how often the push dispatcher re-queued this message
-	// without an attempt (subscription PAUSED or slow) since its last
-	// attempt; each time it waits longer. Sent as HeaderHeld.
-	Held           int
-	ScheduledDelay time.Duration
-	CreatedAt      time.Time
-	SentAt         time.Time // zero while pending
-	Status         Status
-	StatusCode     int // HTTP status of a push attempt, 0 if none
-	Error          string
-	CompletedAt    time.Time
-}
-
 // Pending is a send the relay owes the broker, with what it needs to build the message.
 type Pending struct {
-	Send
-	Event Event
+	message.Send
+	Event message.Event
 	// Refusals counts how often the broker has refused this copy (see Refusal).
 	Refusals int
 }
-
-// Dead-letter reasons the relay gives; the push dispatcher and pulls have
-// more (see push).
-const (
-	ReasonExpired       = "expired"
-	ReasonBrokerRefused = "broker_refused"
-)
 
 // Refusal is what becomes of a copy the broker refused (broker.ErrRefused):
 // the broker was reachable and said no (no such queue with auto-create off,
@@ -114,7 +48,7 @@ type Refusal struct {
 	// Otherwise the copy is given up: it ends with Status (expired or
 	// dead_lettered), leaves the outbox and becomes a dead letter of Reason
 	// for its subscription, in one transaction.
-	Status Status
+	Status message.Status
 	Reason string
 }
 
@@ -131,12 +65,12 @@ type Store interface {
 	// Publish stores each event with its sends in one transaction, their
 	// outbox rows leased as lease says (none when lease is zero). An event
 	// whose idempotency key is taken fails the whole call with ErrDuplicateKey.
-	Publish(ctx context.Context, events []Event, sends []Send, lease Lease) error
-	EventByIdempotencyKey(ctx context.Context, roomID uuid.UUID, key string) (Event, error)
-	EventsByRequest(ctx context.Context, roomID, requestID uuid.UUID) ([]Event, error)
-	Event(ctx context.Context, roomID, id uuid.UUID) (Event, error)
-	Events(ctx context.Context, q EventQuery) ([]Event, error)
-	Sends(ctx context.Context, eventIDs []uuid.UUID) ([]Send, error)
+	Publish(ctx context.Context, events []message.Event, sends []message.Send, lease Lease) error
+	EventByIdempotencyKey(ctx context.Context, roomID uuid.UUID, key string) (message.Event, error)
+	EventsByRequest(ctx context.Context, roomID, requestID uuid.UUID) ([]message.Event, error)
+	Event(ctx context.Context, roomID, id uuid.UUID) (message.Event, error)
+	Events(ctx context.Context, q EventQuery) ([]message.Event, error)
+	Sends(ctx context.Context, eventIDs []uuid.UUID) ([]message.Send, error)
 
 	// ClaimPending leases up to limit pending sends to owner until the lease
 	// ends, skipping rows another relay holds.

@@ -5,35 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/roomhub/messaging-api/broker"
-)
-
-// Headers every copy of an event carries, besides correlation-id, x-attempt,
-// expires and persistent (see broker).
-const (
-	HeaderEventID        = "x-event-id"
-	HeaderRoomID         = "x-room-id"
-	HeaderSubscriptionID = "x-subscription-id"
-	HeaderEventType      = "x-event-type"
-	HeaderEventVersion   = "x-event-version"
-	HeaderPublishedAt    = "x-published-at" // epoch µs
-	HeaderSendID         = "x-send-id"      // the published_messages row of this copy
-	// HeaderExpiresAt carries a copy's expiry (epoch ms) instead of the
-	// broker's expires: an expired message must become a dead letter, which
-	// only the dispatcher or a pull can make; the broker would drop it silently.
-	HeaderExpiresAt = "x-expires-at"
-	// HeaderHeld counts how often a push copy was held (PAUSED subscription)
-	// or deferred (slow subscription) since its last attempt; present only
-	// when that is at least once (Send.Held).
-	HeaderHeld = "x-held"
-	// AttributePrefix prefixes each publisher attribute's header name.
-	AttributePrefix = "x-attr-"
+	"github.com/roomhub/messaging-api/delivery"
+	"github.com/roomhub/messaging-api/message"
 )
 
 // Sender is what the relay needs of the broker.
@@ -198,9 +177,9 @@ func (r *Relay) refusal(p Pending, err error, now time.Time) Refusal {
 	full := errors.Is(err, broker.ErrFull)
 	switch {
 	case errors.Is(err, broker.ErrExpired) || (!exp.IsZero() && !exp.After(now)):
-		f.Status, f.Reason = StatusExpired, ReasonExpired
+		f.Status, f.Reason = message.StatusExpired, delivery.ReasonExpired
 	case p.Refusals+1 >= r.cfg.MaxRefusals && (!full || now.Sub(p.CreatedAt) >= MaxFullWait):
-		f.Status, f.Reason = StatusDeadLettered, ReasonBrokerRefused
+		f.Status, f.Reason = message.StatusDeadLettered, delivery.ReasonBrokerRefused
 		f.Error = fmt.Sprintf("refused %d times; the last time: %v", p.Refusals+1, err)
 	default:
 		f.RetryAt = now.Add(RefusalBackoff(p.Refusals))
@@ -363,7 +342,7 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			sctx, cancel := context.WithTimeout(ctx, r.cfg.SendTimeout)
-			err := r.broker.Send(sctx, Message(p, now))
+			err := r.broker.Send(sctx, message.Encode(p.Send, p.Event, now))
 			cancel()
 			mu.Lock()
 			defer mu.Unlock()
@@ -443,60 +422,4 @@ func (r *Relay) retryRecord(ctx context.Context, until time.Time, write func(con
 		time.Sleep(backoff)
 		backoff = min(backoff*2, 2*time.Second)
 	}
-}
-
-// Message builds the broker message for a pending send. A scheduled resend
-// that waited in the outbox (broker down) keeps its planned time: the delay
-// is what is left of it at now.
-func Message(p Pending, now time.Time) broker.Message {
-	delay := p.ScheduledDelay
-	if delay > 0 {
-		delay = max(0, p.CreatedAt.Add(p.ScheduledDelay).Sub(now))
-	}
-	h := map[string]string{
-		HeaderEventID:        p.Event.ID.String(),
-		HeaderRoomID:         p.Event.RoomID.String(),
-		HeaderSubscriptionID: p.SubscriptionID.String(),
-		HeaderEventType:      p.Event.EventType,
-		HeaderEventVersion:   strconv.Itoa(p.Event.Version),
-		HeaderPublishedAt:    strconv.FormatInt(p.Event.PublishedAt.UnixMicro(), 10),
-		HeaderSendID:         p.ID.String(),
-	}
-	for k, v := range p.Event.Attributes {
-		h[AttributePrefix+k] = v
-	}
-	if p.Event.Trace.Parent != "" {
-		h[HeaderTraceparent] = p.Event.Trace.Parent
-	}
-	if p.Event.Trace.State != "" {
-		h[HeaderTracestate] = p.Event.Trace.State
-	}
-	if p.Held > 0 {
-		h[HeaderHeld] = strconv.Itoa(p.Held)
-	}
-	expires := p.Event.ExpiresAt
-	if !expires.IsZero() {
-		h[HeaderExpiresAt] = strconv.FormatInt(expires.UnixMilli(), 10)
-		expires = time.Time{}
-	}
-	addr, queue := splitFQQN(p.Destination)
-	return broker.Message{
-		Destination:   broker.Destination{Address: addr, Queue: queue},
-		Headers:       h,
-		Body:          p.Event.Payload,
-		ContentType:   "application/json",
-		CorrelationID: p.CorrelationID,
-		Attempt:       p.Attempt,
-		Delay:         delay,
-		Expires:       expires,
-	}
-}
-
-func splitFQQN(s string) (string, string) {
-	for i := 0; i+1 < len(s); i++ {
-		if s[i] == ':' && s[i+1] == ':' {
-			return s[:i], s[i+2:]
-		}
-	}
-	return s, s
 }

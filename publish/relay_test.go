@@ -16,6 +16,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/delivery"
+	"github.com/roomhub/messaging-api/message"
 )
 
 // outbox is an in-memory relay store: the outbox part of Store.
@@ -32,7 +34,7 @@ type outbox struct {
 type outboxRow struct {
 	p        Pending
 	claimed  bool
-	status   Status
+	status   message.Status
 	until    time.Time // a refused copy's retry time
 	refusals []Refusal // as recorded, oldest first
 }
@@ -43,7 +45,7 @@ func (o *outbox) add(expires time.Time) uuid.UUID {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	id := uuid.New()
-	o.rows[id] = &outboxRow{p: Pending{Send: Send{ID: id, Destination: "q", CreatedAt: time.Now()}, Event: Event{ID: uuid.New(), ExpiresAt: expires}}, status: StatusPending}
+	o.rows[id] = &outboxRow{p: Pending{Send: message.Send{ID: id, Destination: "q", CreatedAt: time.Now()}, Event: message.Event{ID: uuid.New(), ExpiresAt: expires}}, status: message.StatusPending}
 	o.order = append(o.order, id)
 	return id
 }
@@ -55,7 +57,7 @@ func (o *outbox) ClaimPending(_ context.Context, _ string, _ time.Time, limit in
 	var out []Pending
 	for _, id := range o.order {
 		r := o.rows[id]
-		if len(out) < limit && r.status == StatusPending && !r.claimed && !time.Now().Before(r.until) {
+		if len(out) < limit && r.status == message.StatusPending && !r.claimed && !time.Now().Before(r.until) {
 			r.claimed = true
 			out = append(out, r.p)
 		}
@@ -75,7 +77,7 @@ func (o *outbox) MarkSent(_ context.Context, ids []uuid.UUID, _ time.Time) error
 	if len(ids) > 0 && o.failMarks.Add(-1) >= 0 {
 		return errors.New("database down")
 	}
-	o.set(ids, func(r *outboxRow) { r.status, r.claimed = StatusSent, false })
+	o.set(ids, func(r *outboxRow) { r.status, r.claimed = message.StatusSent, false })
 	return nil
 }
 
@@ -108,7 +110,7 @@ func (o *outbox) row(id uuid.UUID) outboxRow {
 	return *o.rows[id]
 }
 
-func (o *outbox) count(s Status) int {
+func (o *outbox) count(s message.Status) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	n := 0
@@ -151,12 +153,12 @@ func (s *sink) Send(_ context.Context, m broker.Message) error {
 	time.Sleep(time.Millisecond) // a receipt's round trip
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.got[m.Headers[HeaderSendID]]++
-	if v, ok := m.Headers[HeaderExpiresAt]; ok {
+	s.got[m.Headers[message.HeaderSendID]]++
+	if v, ok := m.Headers[message.HeaderExpiresAt]; ok {
 		if s.exp == nil {
 			s.exp = map[string]string{}
 		}
-		s.exp[m.Headers[HeaderSendID]] = v
+		s.exp[m.Headers[message.HeaderSendID]] = v
 	}
 	return nil
 }
@@ -193,7 +195,7 @@ func TestRelaySendsOnNotifyAndBacksOff(t *testing.T) {
 	expiry := time.Now().Add(-time.Second)
 	expired := o.add(expiry)
 	r.Notify()
-	waitFor(t, "1001 sends", func() bool { return o.count(StatusSent) == 1001 })
+	waitFor(t, "1001 sends", func() bool { return o.count(message.StatusSent) == 1001 })
 	b.mu.Lock()
 	for id, n := range b.got {
 		if n != 1 {
@@ -202,7 +204,7 @@ func TestRelaySendsOnNotifyAndBacksOff(t *testing.T) {
 	}
 	if len(b.got) != 1001 || b.got[expired.String()] != 1 || b.exp[expired.String()] != strconv.FormatInt(expiry.UnixMilli(), 10) {
 		t.Errorf("%d distinct sends (want 1001), expired one sent %d times with %s %q (want once, %d)",
-			len(b.got), b.got[expired.String()], HeaderExpiresAt, b.exp[expired.String()], expiry.UnixMilli())
+			len(b.got), b.got[expired.String()], message.HeaderExpiresAt, b.exp[expired.String()], expiry.UnixMilli())
 	}
 	b.mu.Unlock()
 	if err := r.Healthy(); err != nil {
@@ -226,7 +228,7 @@ func TestRelaySendsOnNotifyAndBacksOff(t *testing.T) {
 		t.Errorf("%d send attempts in 0.5 s of outage: the relay spins", n)
 	}
 	b.down.Store(false)
-	waitFor(t, "the backlog after the outage", func() bool { return o.count(StatusSent) == 1101 })
+	waitFor(t, "the backlog after the outage", func() bool { return o.count(message.StatusSent) == 1101 })
 	waitFor(t, "Healthy", func() bool { return r.Healthy() == nil })
 
 	cancel()
@@ -235,7 +237,7 @@ func TestRelaySendsOnNotifyAndBacksOff(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return after its context ended")
 	}
-	if c := o.count(StatusPending); c != 0 {
+	if c := o.count(message.StatusPending); c != 0 {
 		t.Errorf("%d rows left pending", c)
 	}
 }
@@ -301,7 +303,7 @@ type stallSink struct {
 }
 
 func (s *stallSink) Send(ctx context.Context, m broker.Message) error {
-	if m.Headers[HeaderSendID] == s.stall.String() {
+	if m.Headers[message.HeaderSendID] == s.stall.String() {
 		<-s.release
 	}
 	return s.sink.Send(ctx, m)
@@ -335,8 +337,8 @@ func TestRelayLeavesRowsItCannotSendInTime(t *testing.T) {
 	if b.got[first.String()] != 1 || b.got[second.String()] != 0 {
 		t.Errorf("sent %v; want only the first (the second's lease would lapse)", b.got)
 	}
-	if o.count(StatusSent) != 1 {
-		t.Errorf("%d marked sent, want 1", o.count(StatusSent))
+	if o.count(message.StatusSent) != 1 {
+		t.Errorf("%d marked sent, want 1", o.count(message.StatusSent))
 	}
 }
 
@@ -430,7 +432,7 @@ func TestRelayHandOff(t *testing.T) {
 	expiry := time.Now().Add(-time.Second)
 	expired := o.addLeased(expiry)
 	r.HandOff(lease, []Pending{expired})
-	waitFor(t, "1001 sends", func() bool { return o.count(StatusSent) == 1001 })
+	waitFor(t, "1001 sends", func() bool { return o.count(message.StatusSent) == 1001 })
 	b.mu.Lock()
 	for id, n := range b.got {
 		if n != 1 {
@@ -439,7 +441,7 @@ func TestRelayHandOff(t *testing.T) {
 	}
 	if len(b.got) != 1001 || b.got[expired.ID.String()] != 1 || b.exp[expired.ID.String()] != strconv.FormatInt(expiry.UnixMilli(), 10) {
 		t.Errorf("%d distinct sends (want 1001), expired one sent %d times with %s %q (want once, %d)",
-			len(b.got), b.got[expired.ID.String()], HeaderExpiresAt, b.exp[expired.ID.String()], expiry.UnixMilli())
+			len(b.got), b.got[expired.ID.String()], message.HeaderExpiresAt, b.exp[expired.ID.String()], expiry.UnixMilli())
 	}
 	b.mu.Unlock()
 	if handed < 20 {
@@ -474,13 +476,13 @@ func TestRelayHandOffBrokerDown(t *testing.T) {
 	lease, _ := r.Reserve(1)
 	p := o.addLeased(time.Time{})
 	r.HandOff(lease, []Pending{p})
-	waitFor(t, "the refused send to be released", func() bool { return !o.claimed(p.ID) || o.count(StatusSent) == 1 })
+	waitFor(t, "the refused send to be released", func() bool { return !o.claimed(p.ID) || o.count(message.StatusSent) == 1 })
 	if _, ok := r.Reserve(1); ok {
 		t.Error("Reserve worked while the broker refuses sends")
 	}
 	b.down.Store(false)
 	r.Notify()
-	waitFor(t, "the released send to go out", func() bool { return o.count(StatusSent) == 1 })
+	waitFor(t, "the released send to go out", func() bool { return o.count(message.StatusSent) == 1 })
 	waitFor(t, "the hand-off to reopen", func() bool { return open(r) })
 }
 
@@ -507,8 +509,8 @@ func TestRelayHandOffShutdown(t *testing.T) {
 		close(b.release)
 	}()
 	stop()
-	if o.count(StatusSent) != 1 || o.claimed(first.ID) {
-		t.Errorf("%d sent, first claimed %v: want the send in flight recorded", o.count(StatusSent), o.claimed(first.ID))
+	if o.count(message.StatusSent) != 1 || o.claimed(first.ID) {
+		t.Errorf("%d sent, first claimed %v: want the send in flight recorded", o.count(message.StatusSent), o.claimed(first.ID))
 	}
 	released := 0
 	for _, p := range rest {
@@ -516,8 +518,8 @@ func TestRelayHandOffShutdown(t *testing.T) {
 			released++
 		}
 	}
-	if released != 10 || o.count(StatusPending) != 10 {
-		t.Errorf("%d of the 10 queued sends released, %d pending; want all 10 released, unsent", released, o.count(StatusPending))
+	if released != 10 || o.count(message.StatusPending) != 10 {
+		t.Errorf("%d of the 10 queued sends released, %d pending; want all 10 released, unsent", released, o.count(message.StatusPending))
 	}
 }
 
@@ -533,7 +535,7 @@ func TestRelayHandOffLeaseTooShort(t *testing.T) {
 	lease.Until = time.Now().Add(100 * time.Millisecond) // under the relay's 1 s SendTimeout
 	p := o.addLeased(time.Time{})
 	r.HandOff(lease, []Pending{p})
-	waitFor(t, "the send", func() bool { return o.count(StatusSent) == 1 })
+	waitFor(t, "the send", func() bool { return o.count(message.StatusSent) == 1 })
 	if o.claims.Load() == 0 {
 		t.Error("sent without a claim although its lease was too short")
 	}
@@ -607,20 +609,20 @@ func TestRelayRefusals(t *testing.T) {
 	defer func() { cancel(); <-done }()
 
 	waitFor(t, "the first round's outcomes", func() bool {
-		return o.count(StatusSent) == 1 && len(o.row(retried).refusals) == 1 && len(o.row(last).refusals) == 1
+		return o.count(message.StatusSent) == 1 && len(o.row(retried).refusals) == 1 && len(o.row(last).refusals) == 1
 	})
 	if err := r.Healthy(); err != nil {
 		t.Errorf("Healthy() = %v after refusals: the broker was reachable", err)
 	}
-	if o.row(fine).status != StatusSent {
+	if o.row(fine).status != message.StatusSent {
 		t.Errorf("the copy the broker takes: %q, want sent", o.row(fine).status)
 	}
 	for _, c := range []struct {
 		name   string
 		id     uuid.UUID
-		status Status
+		status message.Status
 		reason string
-	}{{"expired", expired, StatusExpired, ReasonExpired}, {"refused MaxRefusals times", last, StatusDeadLettered, ReasonBrokerRefused}} {
+	}{{"expired", expired, message.StatusExpired, delivery.ReasonExpired}, {"refused MaxRefusals times", last, message.StatusDeadLettered, delivery.ReasonBrokerRefused}} {
 		row := o.row(c.id)
 		if len(row.refusals) != 1 || row.status != c.status || row.refusals[0].Reason != c.reason || !row.refusals[0].RetryAt.IsZero() {
 			t.Errorf("%s copy: %q after %+v; want given up once as %q, reason %s", c.name, row.status, row.refusals, c.status, c.reason)
@@ -631,12 +633,12 @@ func TestRelayRefusals(t *testing.T) {
 	}
 	// A full address is back-pressure: never given up for the count.
 	waitFor(t, "the full address's refusal", func() bool { return len(o.row(full).refusals) == 1 })
-	if f := o.row(full).refusals[0]; f.RetryAt.IsZero() || o.row(full).status != StatusPending || !strings.Contains(f.Error, "AMQ229102") {
+	if f := o.row(full).refusals[0]; f.RetryAt.IsZero() || o.row(full).status != message.StatusPending || !strings.Contains(f.Error, "AMQ229102") {
 		t.Errorf("copy refused %d times, the last for a full address: %+v, %q; want it tried again", 3, f, o.row(full).status)
 	}
 	// ... until it has waited MaxFullWait.
 	waitFor(t, "the long-waiting full copy's refusal", func() bool { return len(o.row(fullLong).refusals) == 1 })
-	if f := o.row(fullLong).refusals[0]; o.row(fullLong).status != StatusDeadLettered || f.Reason != ReasonBrokerRefused {
+	if f := o.row(fullLong).refusals[0]; o.row(fullLong).status != message.StatusDeadLettered || f.Reason != delivery.ReasonBrokerRefused {
 		t.Errorf("copy refused 3 times for a full address after waiting %s: %q %+v; want a broker_refused dead letter", MaxFullWait, o.row(fullLong).status, f)
 	}
 	f := o.row(retried).refusals[0]
@@ -649,19 +651,19 @@ func TestRelayRefusals(t *testing.T) {
 
 	// At its expiry the expiring copy is tried again and given up; the other
 	// is not tried again before its second is out.
-	waitFor(t, "the expiring copy given up", func() bool { return o.row(expiring).status == StatusExpired })
-	if n := len(o.row(expiring).refusals); n != 2 || o.row(expiring).refusals[1].Reason != ReasonExpired {
+	waitFor(t, "the expiring copy given up", func() bool { return o.row(expiring).status == message.StatusExpired })
+	if n := len(o.row(expiring).refusals); n != 2 || o.row(expiring).refusals[1].Reason != delivery.ReasonExpired {
 		t.Errorf("expiring copy: %+v, want a retry at its expiry and then an expired dead letter", o.row(expiring).refusals)
 	}
 	if n := len(o.row(retried).refusals); n != 1 && time.Since(start) < time.Second {
 		t.Errorf("copy tried again %d times within its first second", n-1)
 	}
 	waitFor(t, "the second refusal", func() bool { return len(o.row(retried).refusals) == 2 })
-	if f := o.row(retried).refusals[1]; f.RetryAt.Sub(f.At) != 2*time.Second || o.row(retried).status != StatusPending {
+	if f := o.row(retried).refusals[1]; f.RetryAt.Sub(f.At) != 2*time.Second || o.row(retried).status != message.StatusPending {
 		t.Errorf("second refusal %+v: want a retry 2 s later, still pending", f)
 	}
 	b.refusing.Store(false) // e.g. the queue is created
-	waitFor(t, "the refused copy sent once the broker takes it", func() bool { return o.row(retried).status == StatusSent })
+	waitFor(t, "the refused copy sent once the broker takes it", func() bool { return o.row(retried).status == message.StatusSent })
 	if err := r.Healthy(); err != nil {
 		t.Errorf("Healthy() = %v", err)
 	}
@@ -683,10 +685,10 @@ func TestRelayHandOffRefusal(t *testing.T) {
 	o.mu.Unlock()
 	r.HandOff(lease, []Pending{p, o.addLeased(time.Time{})})
 	waitFor(t, "the refusal recorded", func() bool { return len(o.row(p.ID).refusals) == 1 })
-	if f := o.row(p.ID).refusals[0]; f.RetryAt.IsZero() || o.row(p.ID).status != StatusPending {
+	if f := o.row(p.ID).refusals[0]; f.RetryAt.IsZero() || o.row(p.ID).status != message.StatusPending {
 		t.Errorf("refusal %+v: want a retry later", f)
 	}
-	waitFor(t, "the other copy sent", func() bool { return o.count(StatusSent) == 1 })
+	waitFor(t, "the other copy sent", func() bool { return o.count(message.StatusSent) == 1 })
 	if !open(r) {
 		t.Error("the hand-off closed after a refusal")
 	}
@@ -709,7 +711,7 @@ func TestRelayRetriesRecordingSends(t *testing.T) {
 	go func() { r.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	start := time.Now()
-	waitFor(t, "5 sends recorded", func() bool { return o.count(StatusSent) == 5 })
+	waitFor(t, "5 sends recorded", func() bool { return o.count(message.StatusSent) == 5 })
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("recorded after %s", d)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/subscriptions"
 )
@@ -110,7 +111,7 @@ func NewService(catalog Catalog, subs Subscribers, store Store, relay Notifier, 
 // destinations, as the common POST …/messages) shares a transaction with the
 // small publishes that arrive while the previous one is being written
 // (groupCommit).
-func (s *Service) save(ctx context.Context, events []Event, sends []Send, lease Lease) error {
+func (s *Service) save(ctx context.Context, events []message.Event, sends []message.Send, lease Lease) error {
 	if s.group != nil && len(events) <= groupMaxEvents && len(sends) <= groupMaxSends {
 		return s.group.publish(ctx, Batch{Events: events, Sends: sends, Lease: lease})
 	}
@@ -125,12 +126,12 @@ type Input struct {
 	CorrelationID    string            `json:"correlationId,omitempty"`
 	Attributes       map[string]string `json:"attributes,omitempty"`
 	// Trace comes from the request's traceparent and tracestate headers.
-	Trace Trace `json:"-"`
+	Trace message.Trace `json:"-"`
 }
 
 // Result is what a publish answers for one event.
 type Result struct {
-	Event Event
+	Event message.Event
 	// Replayed is true when an Idempotency-Key matched an earlier publish and
 	// nothing was sent again.
 	Replayed bool
@@ -144,7 +145,7 @@ func (s *Service) Publish(ctx context.Context, ref string, inputs []Input, idemp
 		return nil, err
 	}
 	if room.Status == rooms.StatusTerminated {
-		return nil, ErrRoomTerminated
+		return nil, rooms.ErrTerminated
 	}
 	if err := mayPublish(api.CallerFrom(ctx), room.ID, inputs, batch); err != nil {
 		return nil, err
@@ -168,8 +169,8 @@ func (s *Service) Publish(ctx context.Context, ref string, inputs []Input, idemp
 	}
 	var (
 		probs  api.Problems
-		events = make([]Event, 0, len(inputs))
-		sends  []Send
+		events = make([]message.Event, 0, len(inputs))
+		sends  []message.Send
 		checks = make([]payloadCheck, 0, len(inputs))
 		budget rooms.ValidationBudget
 	)
@@ -266,7 +267,7 @@ func (s *Service) Publish(ctx context.Context, ref string, inputs []Input, idemp
 }
 
 // pendingOf pairs each send with its event.
-func pendingOf(events []Event, sends []Send) []Pending {
+func pendingOf(events []message.Event, sends []message.Send) []Pending {
 	byID := make(map[uuid.UUID]int, len(events))
 	for i, ev := range events {
 		byID[ev.ID] = i
@@ -305,9 +306,9 @@ func (s *Service) replay(ctx context.Context, roomID uuid.UUID, key, hash string
 // prepare validates one input and resolves its event type and version. Its
 // payload is decoded, to be checked against the version's schema once every
 // payload of the request is known to fit the validation budget.
-func (s *Service) prepare(ctx context.Context, room rooms.Room, in Input, field, pointer string, probs *api.Problems) (Event, payloadCheck, bool, error) {
+func (s *Service) prepare(ctx context.Context, room rooms.Room, in Input, field, pointer string, probs *api.Problems) (message.Event, payloadCheck, bool, error) {
 	before := probs.Len()
-	ev := Event{RoomID: room.ID, CorrelationID: in.CorrelationID, Attributes: in.Attributes, Trace: in.Trace}
+	ev := message.Event{RoomID: room.ID, CorrelationID: in.CorrelationID, Attributes: in.Attributes, Trace: in.Trace}
 	if ev.CorrelationID == "" {
 		ev.CorrelationID = uuid.NewString()
 	} else if len(ev.CorrelationID) > maxCorrelationID || !printableHeader.MatchString(ev.CorrelationID) {
@@ -392,12 +393,12 @@ func (s *Service) prepare(ctx context.Context, room rooms.Room, in Input, field,
 }
 
 // newSend is the first send of ev to sub.
-func (s *Service) newSend(ev Event, sub subscriptions.Subscription, now time.Time) Send {
+func (s *Service) newSend(ev message.Event, sub subscriptions.Subscription, now time.Time) message.Send {
 	dest := s.pushQueue
 	if sub.Type == subscriptions.TypePull {
 		dest = sub.Queue()
 	}
-	return Send{
+	return message.Send{
 		ID:               uuid.Must(uuid.NewV7()),
 		EventID:          ev.ID,
 		RoomID:           ev.RoomID,
@@ -407,7 +408,7 @@ func (s *Service) newSend(ev Event, sub subscriptions.Subscription, now time.Tim
 		Destination:      dest.FQQN(),
 		Attempt:          1,
 		CreatedAt:        now,
-		Status:           StatusPending,
+		Status:           message.StatusPending,
 	}
 }
 
@@ -428,18 +429,18 @@ func compact(raw json.RawMessage) json.RawMessage {
 }
 
 // Event returns one event of the room with every send of it.
-func (s *Service) Event(ctx context.Context, ref, id string) (Event, []Send, error) {
+func (s *Service) Event(ctx context.Context, ref, id string) (message.Event, []message.Send, error) {
 	room, err := s.catalog.Room(ctx, ref)
 	if err != nil {
-		return Event{}, nil, err
+		return message.Event{}, nil, err
 	}
 	eid, err := uuid.Parse(id)
 	if err != nil {
-		return Event{}, nil, ErrEventNotFound
+		return message.Event{}, nil, ErrEventNotFound
 	}
 	ev, err := s.store.Event(ctx, room.ID, eid)
 	if err != nil {
-		return Event{}, nil, err
+		return message.Event{}, nil, err
 	}
 	sends, err := s.store.Sends(ctx, []uuid.UUID{ev.ID})
 	return ev, sends, err
@@ -447,7 +448,7 @@ func (s *Service) Event(ctx context.Context, ref, id string) (Event, []Send, err
 
 // Events lists the room's events, newest first, optionally by correlation id,
 // with their sends.
-func (s *Service) Events(ctx context.Context, ref, correlationID string, page api.Page) ([]Event, map[uuid.UUID][]Send, error) {
+func (s *Service) Events(ctx context.Context, ref, correlationID string, page api.Page) ([]message.Event, map[uuid.UUID][]message.Send, error) {
 	room, err := s.catalog.Room(ctx, ref)
 	if err != nil {
 		return nil, nil, err
@@ -473,7 +474,7 @@ func (s *Service) Events(ctx context.Context, ref, correlationID string, page ap
 	if err != nil {
 		return nil, nil, err
 	}
-	by := map[uuid.UUID][]Send{}
+	by := map[uuid.UUID][]message.Send{}
 	for _, sd := range sends {
 		by[sd.EventID] = append(by[sd.EventID], sd)
 	}

@@ -5,9 +5,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/roomhub/messaging-api/publish"
-	"github.com/roomhub/messaging-api/push"
+	"github.com/roomhub/messaging-api/delivery"
+	"github.com/roomhub/messaging-api/message"
 )
 
 // typ is the subscription type observers see.
@@ -59,7 +58,7 @@ func (s *Service) observe(decided []settled, done []uuid.UUID, now time.Time, wh
 		}
 		outcome := outcomeOf(d.st)
 		var age time.Duration
-		if outcome == push.OutcomeDelivered {
+		if outcome == delivery.OutcomeDelivered {
 			age = now.Sub(d.lease.Event.PublishedAt)
 		}
 		s.obs.Handled(typ, outcome, d.lease.Attempt, age)
@@ -75,15 +74,15 @@ func (s *Service) observe(decided []settled, done []uuid.UUID, now time.Time, wh
 
 func outcomeOf(st Settlement) string {
 	switch {
-	case st.Attempt.Status == publish.StatusDelivered:
-		return push.OutcomeDelivered
-	case st.Attempt.Status == publish.StatusDropped:
-		return push.OutcomeDropped
+	case st.Attempt.Status == message.StatusDelivered:
+		return delivery.OutcomeDelivered
+	case st.Attempt.Status == message.StatusDropped:
+		return delivery.OutcomeDropped
 	case st.Resend != nil:
-		return push.OutcomeRetried
-	case st.DeadLetter != nil && st.DeadLetter.Reason == push.ReasonExpired:
-		return push.OutcomeExpired
+		return delivery.OutcomeRetried
+	case st.DeadLetter != nil && st.DeadLetter.Reason == delivery.ReasonExpired:
+		return delivery.OutcomeExpired
 	default:
-		return push.OutcomeDeadLettered
+		return delivery.OutcomeDeadLettered
 	}
 }

@@ -23,8 +23,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/roomhub/messaging-api/api"
-	"github.com/roomhub/messaging-api/publish"
-	"github.com/roomhub/messaging-api/push"
+	"github.com/roomhub/messaging-api/delivery"
+	"github.com/roomhub/messaging-api/message"
 )
 
 // Limits of a pull.
@@ -53,7 +53,7 @@ type Lease struct {
 	SubscriptionID uuid.UUID
 	RoomID         uuid.UUID
 	SendID         uuid.UUID // the published_messages row of this copy; Nil if unknown
-	Event          publish.Event
+	Event          message.Event
 	Attempt        int
 	Deadline       time.Time
 	LeasedAt       time.Time
@@ -64,9 +64,9 @@ type Lease struct {
 type Settlement struct {
 	AckID      uuid.UUID
 	SendID     uuid.UUID
-	Attempt    push.Attempt
-	Resend     *publish.Send
-	DeadLetter *push.DeadLetter
+	Attempt    delivery.Attempt
+	Resend     *message.Send
+	DeadLetter *delivery.DeadLetter
 }
 
 // Selector picks leases to settle.

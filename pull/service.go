@@ -10,8 +10,8 @@ import (
 
 	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/broker"
-	"github.com/roomhub/messaging-api/publish"
-	"github.com/roomhub/messaging-api/push"
+	"github.com/roomhub/messaging-api/delivery"
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/retry"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/subscriptions"
@@ -22,6 +22,14 @@ type Subscriptions interface {
 	Get(ctx context.Context, roomRef, id string) (rooms.Room, subscriptions.Subscription, error)
 }
 
+// Directory finds a subscription with its room (the store is one).
+type Directory interface {
+	PushTarget(ctx context.Context, roomID, subscriptionID uuid.UUID) (rooms.Room, subscriptions.Subscription, error)
+}
+
+// Notifier wakes the outbox relay to send new pending copies (publish.Relay is one).
+type Notifier interface{ Notify() }
+
 // Consumer is what a pull needs of the broker.
 type Consumer interface {
 	Subscribe(ctx context.Context, dest broker.Destination, opts broker.SubscribeOptions) (broker.Subscription, error)
@@ -30,10 +38,10 @@ type Consumer interface {
 // Service pulls, acks and nacks.
 type Service struct {
 	subs   Subscriptions
-	dir    push.Directory
+	dir    Directory
 	broker Consumer
 	store  Store
-	relay  publish.Notifier
+	relay  Notifier
 	now    func() time.Time
 	rand   func() float64
 	logger *slog.Logger
@@ -41,7 +49,7 @@ type Service struct {
 }
 
 // NewService wires a Service. rand draws retry jitter (uniform in [0, 1)).
-func NewService(subs Subscriptions, dir push.Directory, b Consumer, store Store, relay publish.Notifier, now func() time.Time, rand func() float64, logger *slog.Logger) *Service {
+func NewService(subs Subscriptions, dir Directory, b Consumer, store Store, relay Notifier, now func() time.Time, rand func() float64, logger *slog.Logger) *Service {
 	return &Service{subs: subs, dir: dir, broker: b, store: store, relay: relay, now: now, rand: rand, logger: logger, obs: nopObserver{}}
 }
 
@@ -112,17 +120,17 @@ func (s *Service) lease(ctx context.Context, sub subscriptions.Subscription, got
 	leases := make([]Lease, 0, len(got))
 	var expired []Settlement
 	for _, d := range got {
-		sendID, _ := uuid.Parse(d.Headers[publish.HeaderSendID])
+		sendID, _ := uuid.Parse(d.Headers[message.HeaderSendID])
 		l := Lease{
 			AckID: uuid.Must(uuid.NewV7()), SubscriptionID: sub.ID, RoomID: sub.RoomID, SendID: sendID,
-			Event: push.EventOf(d), Attempt: max(d.Attempt, 1), Deadline: now.Add(sub.AckDeadline), LeasedAt: now,
+			Event: message.Decode(d), Attempt: max(d.Attempt, 1), Deadline: now.Add(sub.AckDeadline), LeasedAt: now,
 		}
 		if !l.Event.ExpiresAt.IsZero() && !now.Before(l.Event.ExpiresAt) {
 			// Never returned: it becomes a dead letter, as an expired push does.
 			const why = "expired before it was pulled"
 			expired = append(expired, Settlement{SendID: sendID,
-				Attempt:    push.Attempt{Status: publish.StatusExpired, Error: why, At: now},
-				DeadLetter: s.deadLetter(l, push.ReasonExpired, why, now)})
+				Attempt:    delivery.Attempt{Status: message.StatusExpired, Error: why, At: now},
+				DeadLetter: s.deadLetter(l, delivery.ReasonExpired, why, now)})
 			s.logger.InfoContext(ctx, "pull: expired message dead-lettered", slog.String("correlation_id", d.CorrelationID))
 			continue
 		}
@@ -134,7 +142,7 @@ func (s *Service) lease(ctx context.Context, sub subscriptions.Subscription, got
 		return nil, err
 	}
 	for _, st := range expired {
-		s.obs.Handled(typ, push.OutcomeExpired, st.DeadLetter.Attempts, 0)
+		s.obs.Handled(typ, delivery.OutcomeExpired, st.DeadLetter.Attempts, 0)
 	}
 	for _, d := range got {
 		if err := d.Ack(ctx); err != nil {
@@ -215,7 +223,7 @@ func mark(results []Result, done []uuid.UUID, status string) []Result {
 // Ack settles leases as delivered.
 func (s *Service) Ack(ctx context.Context, roomRef, id string, ackIDs []string) ([]Result, error) {
 	return s.settle(ctx, roomRef, id, ackIDs, "acked", func(_ rooms.Room, _ subscriptions.Subscription, l Lease, now time.Time) Settlement {
-		return Settlement{AckID: l.AckID, SendID: l.SendID, Attempt: push.Attempt{Status: publish.StatusDelivered, At: now}}
+		return Settlement{AckID: l.AckID, SendID: l.SendID, Attempt: delivery.Attempt{Status: message.StatusDelivered, At: now}}
 	})
 }
 
@@ -278,9 +286,9 @@ func (s *Service) ModifyAckDeadline(ctx context.Context, roomRef, id string, ack
 // redeliver settles one lease as a failed attempt: a resend after the policy's
 // delay (none when withDelay is false), or a dead letter.
 func (s *Service) redeliver(room rooms.Room, sub subscriptions.Subscription, l Lease, now time.Time, why string, withDelay bool) Settlement {
-	st := Settlement{AckID: l.AckID, SendID: l.SendID, Attempt: push.Attempt{Status: publish.StatusFailed, Error: why, At: now}}
+	st := Settlement{AckID: l.AckID, SendID: l.SendID, Attempt: delivery.Attempt{Status: message.StatusFailed, Error: why, At: now}}
 	if sub.Status == subscriptions.StatusTerminated {
-		st.Attempt.Status, st.Attempt.Error = publish.StatusDropped, why+"; the subscription is terminated"
+		st.Attempt.Status, st.Attempt.Error = message.StatusDropped, why+"; the subscription is terminated"
 		return st
 	}
 	step, ok := retry.For(room, sub).Next(l.Attempt)
@@ -291,25 +299,25 @@ func (s *Service) redeliver(room rooms.Room, sub subscriptions.Subscription, l L
 	next := now.Add(delay)
 	switch {
 	case !ok:
-		st.Attempt.Status = publish.StatusDeadLettered
-		st.DeadLetter = s.deadLetter(l, push.ReasonExhausted, why, now)
+		st.Attempt.Status = message.StatusDeadLettered
+		st.DeadLetter = s.deadLetter(l, delivery.ReasonExhausted, why, now)
 	case !l.Event.ExpiresAt.IsZero() && !next.Before(l.Event.ExpiresAt):
-		st.Attempt.Status = publish.StatusDeadLettered
+		st.Attempt.Status = message.StatusDeadLettered
 		st.Attempt.Error = why + "; would expire before the next attempt"
-		st.DeadLetter = s.deadLetter(l, push.ReasonExpired, st.Attempt.Error, now)
+		st.DeadLetter = s.deadLetter(l, delivery.ReasonExpired, st.Attempt.Error, now)
 	default:
 		st.Attempt.NextAttemptAt = next
-		st.Resend = &publish.Send{
+		st.Resend = &message.Send{
 			ID: uuid.Must(uuid.NewV7()), EventID: l.Event.ID, RoomID: l.RoomID, CorrelationID: l.Event.CorrelationID,
 			SubscriptionID: sub.ID, SubscriptionType: string(subscriptions.TypePull), Destination: sub.Queue().FQQN(),
-			Attempt: l.Attempt + 1, ScheduledDelay: delay, CreatedAt: now, Status: publish.StatusPending,
+			Attempt: l.Attempt + 1, ScheduledDelay: delay, CreatedAt: now, Status: message.StatusPending,
 		}
 	}
 	return st
 }
 
-func (s *Service) deadLetter(l Lease, reason, why string, now time.Time) *push.DeadLetter {
-	return &push.DeadLetter{
+func (s *Service) deadLetter(l Lease, reason, why string, now time.Time) *delivery.DeadLetter {
+	return &delivery.DeadLetter{
 		ID: uuid.Must(uuid.NewV7()), RoomID: l.RoomID, SubscriptionID: l.SubscriptionID, Event: l.Event,
 		Attempts: l.Attempt, Reason: reason, LastError: why, CreatedAt: now,
 	}
@@ -380,7 +388,7 @@ func (s *Service) reapOnce(ctx context.Context) (int, error) {
 					continue // expired after the lookup: the next round takes it
 				case t.gone:
 					out = append(out, Settlement{AckID: l.AckID, SendID: l.SendID,
-						Attempt: push.Attempt{Status: publish.StatusDropped, Error: "subscription deleted", At: now}})
+						Attempt: delivery.Attempt{Status: message.StatusDropped, Error: "subscription deleted", At: now}})
 				default:
 					out = append(out, s.redeliver(t.room, t.sub, l, now, "ack deadline exceeded", false))
 				}

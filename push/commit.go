@@ -3,12 +3,14 @@ package push
 import (
 	"context"
 	"time"
+
+	"github.com/roomhub/messaging-api/delivery"
 )
 
 // BatchLog is a Log that can store many outcomes in one transaction (one
 // fsync instead of one per message).
 type BatchLog interface {
-	SettleAll(ctx context.Context, ss []Settlement) error
+	SettleAll(ctx context.Context, ss []delivery.Settlement) error
 }
 
 // maxCommitBatch bounds the outcomes one transaction stores.
@@ -26,7 +28,7 @@ type committer struct {
 }
 
 type commitReq struct {
-	s   Settlement
+	s   delivery.Settlement
 	err chan error
 }
 
@@ -37,7 +39,7 @@ func newCommitter(log Log) *committer {
 }
 
 // settle stores s, sharing a transaction with other workers' outcomes.
-func (c *committer) settle(ctx context.Context, s Settlement) error {
+func (c *committer) settle(ctx context.Context, s delivery.Settlement) error {
 	if c.batch == nil {
 		return c.log.Settle(ctx, s)
 	}
@@ -82,7 +84,7 @@ func (c *committer) write(ctx context.Context, batch []commitReq) {
 		batch[0].err <- c.log.Settle(ctx, batch[0].s)
 		return
 	}
-	ss := make([]Settlement, len(batch))
+	ss := make([]delivery.Settlement, len(batch))
 	for i, r := range batch {
 		ss[i] = r.s
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/roomhub/messaging-api/delivery"
 )
 
 // batchLog records transactions; a settlement whose SendID is bad fails.
@@ -21,11 +22,11 @@ type batchLog struct {
 
 var errBad = errors.New("bad settlement")
 
-func (l *batchLog) Settle(_ context.Context, s Settlement) error {
-	return l.SettleAll(context.Background(), []Settlement{s})
+func (l *batchLog) Settle(_ context.Context, s delivery.Settlement) error {
+	return l.SettleAll(context.Background(), []delivery.Settlement{s})
 }
 
-func (l *batchLog) SettleAll(_ context.Context, ss []Settlement) error {
+func (l *batchLog) SettleAll(_ context.Context, ss []delivery.Settlement) error {
 	time.Sleep(2 * time.Millisecond) // an fsync
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -55,11 +56,11 @@ func TestCommitterGroupsOutcomes(t *testing.T) {
 	for range workers {
 		wg.Go(func() {
 			for range each {
-				errs <- c.settle(context.Background(), Settlement{SendID: uuid.New()})
+				errs <- c.settle(context.Background(), delivery.Settlement{SendID: uuid.New()})
 			}
 		})
 	}
-	wg.Go(func() { errs <- c.settle(context.Background(), Settlement{SendID: log.bad}) })
+	wg.Go(func() { errs <- c.settle(context.Background(), delivery.Settlement{SendID: log.bad}) })
 	wg.Wait()
 	close(errs)
 	failed := 0
@@ -91,7 +92,7 @@ func TestCommitterGroupsOutcomes(t *testing.T) {
 	close(stop)
 	<-done
 	// After the committer stops, settle still stores (one by one).
-	if err := c.settle(context.Background(), Settlement{SendID: uuid.New()}); err != nil {
+	if err := c.settle(context.Background(), delivery.Settlement{SendID: uuid.New()}); err != nil {
 		t.Errorf("settle after stop: %v", err)
 	}
 }

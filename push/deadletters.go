@@ -12,7 +12,8 @@ import (
 
 	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/broker"
-	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/delivery"
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/subscriptions"
 )
@@ -25,7 +26,7 @@ const MaxReplay = 500
 
 // Delivery is a send with what its attempt recorded.
 type Delivery struct {
-	publish.Send
+	message.Send
 	Latency       time.Duration
 	ResponseBody  string
 	NextAttemptAt time.Time
@@ -33,14 +34,17 @@ type Delivery struct {
 
 // DeadLetterStore stores dead letters and reads the delivery log.
 type DeadLetterStore interface {
-	DeadLetters(ctx context.Context, subscriptionID uuid.UUID, limit int, after uuid.UUID) ([]DeadLetter, error)
-	DeadLetter(ctx context.Context, subscriptionID, id uuid.UUID) (DeadLetter, error)
+	DeadLetters(ctx context.Context, subscriptionID uuid.UUID, limit int, after uuid.UUID) ([]delivery.DeadLetter, error)
+	DeadLetter(ctx context.Context, subscriptionID, id uuid.UUID) (delivery.DeadLetter, error)
 	DeleteDeadLetter(ctx context.Context, subscriptionID, id uuid.UUID) error
 	// Replay deletes the dead letters ids and stores events with their sends,
 	// in one transaction; ErrDeadLetterNotFound if any is gone.
-	Replay(ctx context.Context, ids []uuid.UUID, events []publish.Event, sends []publish.Send) error
+	Replay(ctx context.Context, ids []uuid.UUID, events []message.Event, sends []message.Send) error
 	Deliveries(ctx context.Context, subscriptionID uuid.UUID, limit int, before uuid.UUID) ([]Delivery, error)
 }
+
+// Notifier wakes the outbox relay to send new pending copies (publish.Relay is one).
+type Notifier interface{ Notify() }
 
 // Subscriptions finds a subscription with its room (subscriptions.Service is one).
 type Subscriptions interface {
@@ -51,7 +55,7 @@ type Subscriptions interface {
 type DeadLetters struct {
 	store     DeadLetterStore
 	subs      Subscriptions
-	relay     publish.Notifier
+	relay     Notifier
 	pushQueue broker.Destination
 	now       func() time.Time
 	obs       ReplayObserver
@@ -69,7 +73,7 @@ type nopReplayObserver struct{}
 func (nopReplayObserver) Replayed(string, int) {}
 
 // NewDeadLetters wires the dead-letter service.
-func NewDeadLetters(store DeadLetterStore, subs Subscriptions, relay publish.Notifier, pushQueue broker.Destination, now func() time.Time) *DeadLetters {
+func NewDeadLetters(store DeadLetterStore, subs Subscriptions, relay Notifier, pushQueue broker.Destination, now func() time.Time) *DeadLetters {
 	return &DeadLetters{store: store, subs: subs, relay: relay, pushQueue: pushQueue, now: now, obs: nopReplayObserver{}}
 }
 
@@ -81,12 +85,12 @@ func (s *DeadLetters) Observe(o ReplayObserver) *DeadLetters {
 
 // Replay publishes dead letters again from attempt 1, as new events (same
 // payload, correlation id and attributes; a fresh expiration).
-func (s *DeadLetters) Replay(ctx context.Context, room rooms.Room, sub subscriptions.Subscription, dls []DeadLetter) ([]publish.Event, error) {
+func (s *DeadLetters) Replay(ctx context.Context, room rooms.Room, sub subscriptions.Subscription, dls []delivery.DeadLetter) ([]message.Event, error) {
 	if sub.Status == subscriptions.StatusTerminated {
 		return nil, subscriptions.ErrTerminated
 	}
 	if room.Status == rooms.StatusTerminated {
-		return nil, publish.ErrRoomTerminated
+		return nil, rooms.ErrTerminated
 	}
 	now := s.now()
 	requestID := uuid.Must(uuid.NewV7())
@@ -95,8 +99,8 @@ func (s *DeadLetters) Replay(ctx context.Context, room rooms.Room, sub subscript
 		dest = sub.Queue()
 	}
 	ids := make([]uuid.UUID, len(dls))
-	events := make([]publish.Event, len(dls))
-	sends := make([]publish.Send, len(dls))
+	events := make([]message.Event, len(dls))
+	sends := make([]message.Send, len(dls))
 	for i, dl := range dls {
 		ev := dl.Event
 		ev.ID, ev.RequestID, ev.PublishedAt, ev.Destinations = uuid.Must(uuid.NewV7()), requestID, now, 1
@@ -106,10 +110,10 @@ func (s *DeadLetters) Replay(ctx context.Context, room rooms.Room, sub subscript
 			ev.ExpiresAt = now.Add(time.Duration(room.MessageExpiration) * time.Millisecond)
 		}
 		ids[i], events[i] = dl.ID, ev
-		sends[i] = publish.Send{
+		sends[i] = message.Send{
 			ID: uuid.Must(uuid.NewV7()), EventID: ev.ID, RoomID: ev.RoomID, CorrelationID: ev.CorrelationID,
 			SubscriptionID: sub.ID, SubscriptionType: string(sub.Type), Destination: dest.FQQN(),
-			Attempt: 1, CreatedAt: now, Status: publish.StatusPending,
+			Attempt: 1, CreatedAt: now, Status: message.StatusPending,
 		}
 	}
 	if err := s.store.Replay(ctx, ids, events, sends); err != nil {
@@ -150,7 +154,7 @@ type deadLetterResponse struct {
 	DeadLetteredAt   time.Time         `json:"deadLetteredAt"`
 }
 
-func toDeadLetterResponse(d DeadLetter) deadLetterResponse {
+func toDeadLetterResponse(d delivery.DeadLetter) deadLetterResponse {
 	r := deadLetterResponse{
 		ID: d.ID.String(), SubscriptionID: d.SubscriptionID.String(), EventID: d.Event.ID.String(),
 		CorrelationID: d.Event.CorrelationID, EventType: d.Event.EventType, EventTypeVersion: d.Event.Version,
@@ -205,14 +209,14 @@ func (s *DeadLetters) list(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-func (s *DeadLetters) one(c echo.Context, rawID string) (rooms.Room, subscriptions.Subscription, DeadLetter, error) {
+func (s *DeadLetters) one(c echo.Context, rawID string) (rooms.Room, subscriptions.Subscription, delivery.DeadLetter, error) {
 	room, sub, err := s.subscription(c)
 	if err != nil {
-		return room, sub, DeadLetter{}, err
+		return room, sub, delivery.DeadLetter{}, err
 	}
 	id, err := uuid.Parse(rawID)
 	if err != nil {
-		return room, sub, DeadLetter{}, ErrDeadLetterNotFound
+		return room, sub, delivery.DeadLetter{}, ErrDeadLetterNotFound
 	}
 	dl, err := s.store.DeadLetter(c.Request().Context(), sub.ID, id)
 	return room, sub, dl, err
@@ -251,7 +255,7 @@ type replayResponse struct {
 	Replayed []replayedResponse `json:"replayed"`
 }
 
-func replayed(dls []DeadLetter, evs []publish.Event) replayResponse {
+func replayed(dls []delivery.DeadLetter, evs []message.Event) replayResponse {
 	out := replayResponse{Replayed: make([]replayedResponse, len(dls))}
 	for i := range dls {
 		out.Replayed[i] = replayedResponse{DeadLetterID: dls[i].ID.String(), EventID: evs[i].ID.String(), CorrelationID: evs[i].CorrelationID}
@@ -268,11 +272,11 @@ func (s *DeadLetters) replayOne(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	evs, err := s.Replay(c.Request().Context(), room, sub, []DeadLetter{dl})
+	evs, err := s.Replay(c.Request().Context(), room, sub, []delivery.DeadLetter{dl})
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusAccepted, replayed([]DeadLetter{dl}, evs))
+	return c.JSON(http.StatusAccepted, replayed([]delivery.DeadLetter{dl}, evs))
 }
 
 type replayRequest struct {
@@ -293,7 +297,7 @@ func (s *DeadLetters) replayBulk(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	var dls []DeadLetter
+	var dls []delivery.DeadLetter
 	if len(req.IDs) == 0 {
 		if dls, err = s.store.DeadLetters(ctx, sub.ID, MaxReplay, uuid.Nil); err != nil {
 			return err

@@ -18,7 +18,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/roomhub/messaging-api/broker"
-	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/delivery"
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/subscriptions"
 )
 
@@ -48,12 +49,12 @@ func (b *sendRecorder) sent() []broker.Message {
 // settleRecorder is a Log that keeps the settlements and the copies marked sent.
 type settleRecorder struct {
 	mu       sync.Mutex
-	settled  []Settlement
+	settled  []delivery.Settlement
 	marked   []uuid.UUID
 	released []uuid.UUID // subscriptions whose parked copies were released
 }
 
-func (l *settleRecorder) Settle(_ context.Context, s Settlement) error {
+func (l *settleRecorder) Settle(_ context.Context, s delivery.Settlement) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.settled = append(l.settled, s)
@@ -82,20 +83,20 @@ func (l *settleRecorder) releases() []uuid.UUID {
 	return append([]uuid.UUID(nil), l.released...)
 }
 
-func (l *settleRecorder) snapshot() ([]Settlement, []uuid.UUID) {
+func (l *settleRecorder) snapshot() ([]delivery.Settlement, []uuid.UUID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]Settlement(nil), l.settled...), append([]uuid.UUID(nil), l.marked...)
+	return append([]delivery.Settlement(nil), l.settled...), append([]uuid.UUID(nil), l.marked...)
 }
 
 // heldDelivery is a push message on its third attempt, already held held
 // times.
 func heldDelivery(queue broker.Destination, now time.Time, held int) (*broker.Delivery, uuid.UUID) {
 	sub := uuid.New()
-	ev := publish.Event{ID: uuid.New(), RoomID: uuid.New(), EventType: "tick", Version: 1, Payload: []byte(`{}`), PublishedAt: now}
-	s := publish.Send{ID: uuid.New(), EventID: ev.ID, RoomID: ev.RoomID, CorrelationID: "c", SubscriptionID: sub,
+	ev := message.Event{ID: uuid.New(), RoomID: uuid.New(), EventType: "tick", Version: 1, Payload: []byte(`{}`), PublishedAt: now}
+	s := message.Send{ID: uuid.New(), EventID: ev.ID, RoomID: ev.RoomID, CorrelationID: "c", SubscriptionID: sub,
 		Destination: queue.FQQN(), Attempt: 3, Held: held, CreatedAt: now}
-	return &broker.Delivery{Message: publish.Message(publish.Pending{Send: s, Event: ev}, now)}, sub
+	return &broker.Delivery{Message: message.Encode(s, ev, now)}, sub
 }
 
 // TestSlowDeferralWaitsInTheOutbox: a slow subscription's deferred message
@@ -113,7 +114,7 @@ func TestSlowDeferralWaitsInTheOutbox(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	defer1 := DefaultConfig(queue).DeferDelay
 	// requeue decides, deferSlow's way, and settle stores and acks.
-	settle := func(t *testing.T, held int, delay time.Duration, reason string) (Settlement, []uuid.UUID, []broker.Message, uuid.UUID) {
+	settle := func(t *testing.T, held int, delay time.Duration, reason string) (delivery.Settlement, []uuid.UUID, []broker.Message, uuid.UUID) {
 		t.Helper()
 		b, log := &sendRecorder{}, &settleRecorder{}
 		p := New(DefaultConfig(queue), b, nil, log, nil, func() time.Time { return now }, logger)
@@ -127,7 +128,7 @@ func TestSlowDeferralWaitsInTheOutbox(t *testing.T) {
 			t.Fatalf("stored %+v; want one settlement with a copy", settled)
 		}
 		s := settled[0]
-		if s.Resend.Held != held+1 || s.Resend.Attempt != 3 || s.Resend.ScheduledDelay != delay || s.Attempt.Status != StatusDeferred {
+		if s.Resend.Held != held+1 || s.Resend.Attempt != 3 || s.Resend.ScheduledDelay != delay || s.Attempt.Status != delivery.StatusDeferred {
 			t.Fatalf("stored %+v (copy %+v); want the deferral counted (%d), attempt 3, delay %s", s, s.Resend, held+1, delay)
 		}
 		return s, marked, b.sent(), sub
@@ -163,10 +164,10 @@ func TestSlowDeferralWaitsInTheOutbox(t *testing.T) {
 			}
 			m := msgs[0]
 			if strings.HasPrefix(s.Owner, ParkedPrefix) || !s.Until.Equal(now.Add(time.Minute)) ||
-				m.Headers[publish.HeaderHeld] != strconv.Itoa(tc.held+1) || m.Delay != tc.delay || m.Attempt != 3 ||
+				m.Headers[message.HeaderHeld] != strconv.Itoa(tc.held+1) || m.Delay != tc.delay || m.Attempt != 3 ||
 				len(marked) != 1 || marked[0] != s.Resend.ID {
 				t.Errorf("copy %+v leased to %q until %s, sent with x-held %q, delay %s, attempt %d, marked %v",
-					s.Resend, s.Owner, s.Until, m.Headers[publish.HeaderHeld], m.Delay, m.Attempt, marked)
+					s.Resend, s.Owner, s.Until, m.Headers[message.HeaderHeld], m.Delay, m.Attempt, marked)
 			}
 		})
 	}
@@ -194,7 +195,7 @@ func TestParkedCopiesReleasedWhenQuickAgain(t *testing.T) {
 	})
 	sub := subscriptions.Subscription{ID: uuid.New(), Type: subscriptions.TypePush, PushURL: endpoint.URL, Status: subscriptions.StatusActive}
 	log := &settleRecorder{}
-	dir := &twoSubs{subs: map[uuid.UUID]subscriptions.Subscription{sub.ID: sub}, out: map[publish.Status]int{}}
+	dir := &twoSubs{subs: map[uuid.UUID]subscriptions.Subscription{sub.ID: sub}, out: map[message.Status]int{}}
 
 	// A window of 12: 2 requests hang, 2 messages wait in the backlog, 8
 	// are deferred.
@@ -227,7 +228,7 @@ func TestParkedCopiesReleasedWhenQuickAgain(t *testing.T) {
 		settled, _ := log.snapshot()
 		n := 0
 		for _, s := range settled {
-			if s.Attempt.Status == publish.StatusDelivered {
+			if s.Attempt.Status == message.StatusDelivered {
 				n++
 			}
 		}
@@ -289,7 +290,7 @@ func TestSlowDelay(t *testing.T) {
 // subscription whose endpoint is handler, with requests timing out after
 // timeout; first messages are sent, then, after pause, second more; it
 // returns the settlements of the n deferrals that follow.
-func deferrals(t *testing.T, handler http.HandlerFunc, timeout time.Duration, first int, pause time.Duration, second, n int) (*Dispatcher, uuid.UUID, []Settlement) {
+func deferrals(t *testing.T, handler http.HandlerFunc, timeout time.Duration, first int, pause time.Duration, second, n int) (*Dispatcher, uuid.UUID, []delivery.Settlement) {
 	t.Helper()
 	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		// Read to the end: only then does the server notice a client that
@@ -300,7 +301,7 @@ func deferrals(t *testing.T, handler http.HandlerFunc, timeout time.Duration, fi
 	t.Cleanup(endpoint.Close)
 	sub := subscriptions.Subscription{ID: uuid.New(), Type: subscriptions.TypePush, PushURL: endpoint.URL, Status: subscriptions.StatusActive}
 	log := &settleRecorder{}
-	dir := &twoSubs{subs: map[uuid.UUID]subscriptions.Subscription{sub.ID: sub}, out: map[publish.Status]int{}}
+	dir := &twoSubs{subs: map[uuid.UUID]subscriptions.Subscription{sub.ID: sub}, out: map[message.Status]int{}}
 	d, send := smallWindowDispatcher(t, dir, log)
 	d.client = NewHTTPClient(timeout, loopbackAllowed())
 	runDispatcher(t, d)
@@ -311,12 +312,12 @@ func deferrals(t *testing.T, handler http.HandlerFunc, timeout time.Duration, fi
 	for range second {
 		send(sub.ID)
 	}
-	var copies []Settlement
+	var copies []delivery.Settlement
 	eventually(t, 3*time.Second, fmt.Sprintf("%d deferred copies", n), func() bool {
 		settled, _ := log.snapshot()
 		copies = copies[:0]
 		for _, s := range settled {
-			if s.Attempt.Status == StatusDeferred {
+			if s.Attempt.Status == delivery.StatusDeferred {
 				copies = append(copies, s)
 			}
 		}

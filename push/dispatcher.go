@@ -2,14 +2,12 @@ package push
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,23 +15,11 @@ import (
 
 	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/broker"
-	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/delivery"
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/retry"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/subscriptions"
-)
-
-// StatusDeferred marks a send that was re-queued without an attempt: its
-// subscription was PAUSED, or had too many messages waiting in memory.
-const StatusDeferred publish.Status = "deferred"
-
-// Dead-letter reasons.
-const (
-	ReasonExhausted = "attempts_exhausted"
-	ReasonPermanent = "permanent_failure"
-	ReasonExpired   = publish.ReasonExpired
-	// ReasonBrokerRefused: the relay gave up a copy the broker kept refusing.
-	ReasonBrokerRefused = publish.ReasonBrokerRefused
 )
 
 // Directory finds a subscription with its room (the store is one).
@@ -41,45 +27,9 @@ type Directory interface {
 	PushTarget(ctx context.Context, roomID, subscriptionID uuid.UUID) (rooms.Room, subscriptions.Subscription, error)
 }
 
-// Attempt is the stored outcome of one send.
-type Attempt struct {
-	Status        publish.Status
-	StatusCode    int
-	Latency       time.Duration
-	Body          string
-	Error         string
-	At            time.Time
-	NextAttemptAt time.Time
-}
-
-// DeadLetter is a message that will not be delivered by itself.
-type DeadLetter struct {
-	ID             uuid.UUID
-	RoomID         uuid.UUID
-	SubscriptionID uuid.UUID
-	Event          publish.Event
-	Attempts       int
-	Reason         string
-	LastStatusCode int
-	LastError      string
-	CreatedAt      time.Time
-}
-
-// Settlement is everything one message's outcome writes, in one transaction.
-type Settlement struct {
-	SendID     uuid.UUID // the row of the copy just handled; uuid.Nil if unknown
-	Attempt    Attempt
-	DeadLetter *DeadLetter
-	// Resend is the next copy, stored claimed by Owner until Until so that
-	// the outbox relay sends it only if this process does not.
-	Resend *publish.Send
-	Owner  string
-	Until  time.Time
-}
-
 // Log stores outcomes (the store is one).
 type Log interface {
-	Settle(ctx context.Context, s Settlement) error
+	Settle(ctx context.Context, s delivery.Settlement) error
 	MarkSent(ctx context.Context, ids []uuid.UUID, at time.Time) error
 	Release(ctx context.Context, ids []uuid.UUID) error
 	// ReleaseParked ends the leases of the subscription's parked copies
@@ -347,7 +297,7 @@ read:
 // accept routes a delivery to the scheduler, or defers it when its
 // subscription already has too many messages waiting.
 func (p *Dispatcher) accept(ctx context.Context, sched *scheduler, d *broker.Delivery) {
-	subID, err := uuid.Parse(d.Headers[publish.HeaderSubscriptionID])
+	subID, err := uuid.Parse(d.Headers[message.HeaderSubscriptionID])
 	if err != nil {
 		// Nothing can deliver or dead-letter a message that names no
 		// subscription; it was not sent by this service.
@@ -368,9 +318,9 @@ func (p *Dispatcher) accept(ctx context.Context, sched *scheduler, d *broker.Del
 func (p *Dispatcher) deferSlow(ctx context.Context, sched *scheduler, j *job) {
 	stuck := sched.stuckFor(j.key)
 	d := j.d
-	held, _ := strconv.Atoi(d.Headers[publish.HeaderHeld])
+	held, _ := strconv.Atoi(d.Headers[message.HeaderHeld])
 	var expiresIn time.Duration
-	if exp := expiresAt(d); !exp.IsZero() {
+	if exp := message.ExpiresAt(d); !exp.IsZero() {
 		expiresIn = max(time.Nanosecond, exp.Sub(p.now()))
 	}
 	delay := p.slowDelay(held, stuck, expiresIn)
@@ -379,16 +329,6 @@ func (p *Dispatcher) deferSlow(ctx context.Context, sched *scheduler, j *job) {
 		return p.requeue(j, delay, "deferred: the subscription is slow and has too many messages in flight", deferSlow), nil
 	})
 }
-
-// Outcomes of one handling of a message, as observers see them.
-const (
-	OutcomeDelivered    = "delivered"
-	OutcomeRetried      = "retried"
-	OutcomeDeadLettered = "dead_lettered" // attempts exhausted
-	OutcomeExpired      = "expired"
-	OutcomeRefused      = "refused" // a permanent failure: dead-lettered at once
-	OutcomeDropped      = "dropped" // the subscription is gone
-)
 
 // Reasons a message is re-queued without an attempt.
 const (
@@ -399,7 +339,7 @@ const (
 // decision is what one handling of a message settles: made once (the HTTP
 // request included) and stored, however often storing must be retried.
 type decision struct {
-	s        Settlement
+	s        delivery.Settlement
 	outcome  string // "" for a deferral
 	deferred string // deferPaused or deferSlow
 	age      time.Duration
@@ -421,7 +361,7 @@ func (p *Dispatcher) handle(ctx context.Context, sched *scheduler, j *job) {
 				// A request was made: did it hang (see scheduler.stuckFor)?
 				sched.requestEnded(j.key, a.Latency, p.cfg.SlowAfter > 0 && a.Latency >= p.cfg.SlowAfter && (a.StatusCode == 0 || a.StatusCode >= 500))
 			}
-			if dec.outcome == OutcomeDelivered {
+			if dec.outcome == delivery.OutcomeDelivered {
 				p.releaseParked(ctx, sched, j, dec.s.Attempt.Latency)
 			}
 		}
@@ -475,7 +415,7 @@ func (p *Dispatcher) observe(d *broker.Delivery, dec *decision) {
 		p.obs.Deferred(dec.deferred)
 	case dec.outcome != "":
 		p.obs.Handled("push", dec.outcome, d.Attempt, dec.age)
-		if dec.outcome == OutcomeRetried && dec.s.Resend != nil {
+		if dec.outcome == delivery.OutcomeRetried && dec.s.Resend != nil {
 			p.obs.RetryScheduled("push", dec.s.Resend.ScheduledDelay)
 		}
 	}
@@ -485,8 +425,8 @@ func (p *Dispatcher) observe(d *broker.Delivery, dec *decision) {
 // nothing was attempted (the subscription could not be looked up).
 func (p *Dispatcher) deliver(ctx context.Context, j *job) (decision, error) {
 	d := j.d
-	ev := EventOf(d)
-	sendID, _ := uuid.Parse(d.Headers[publish.HeaderSendID])
+	ev := message.Decode(d)
+	sendID, _ := uuid.Parse(d.Headers[message.HeaderSendID])
 	room, sub, err := p.cache.get(ctx, p.dir, ev.RoomID, j.key)
 	if err != nil && !errors.Is(err, api.ErrNotFound) {
 		return decision{}, err
@@ -498,12 +438,12 @@ func (p *Dispatcher) deliver(ctx context.Context, j *job) (decision, error) {
 	switch {
 	case err != nil || sub.Status == subscriptions.StatusTerminated:
 		p.logger.InfoContext(ctx, "push: subscription gone or terminated; message dropped", logAttrs...)
-		return decision{outcome: OutcomeDropped, s: Settlement{SendID: sendID, Attempt: Attempt{Status: publish.StatusDropped, Error: "subscription terminated or deleted", At: now}}}, nil
+		return decision{outcome: delivery.OutcomeDropped, s: delivery.Settlement{SendID: sendID, Attempt: delivery.Attempt{Status: message.StatusDropped, Error: "subscription terminated or deleted", At: now}}}, nil
 	case !ev.ExpiresAt.IsZero() && !now.Before(ev.ExpiresAt):
 		p.logger.InfoContext(ctx, "push: expired before delivery; dead-lettered", logAttrs...)
-		return decision{outcome: OutcomeExpired, s: p.deadLetter(Settlement{SendID: sendID, Attempt: Attempt{Status: publish.StatusExpired, Error: "expired before delivery", At: now}}, ev, d, ReasonExpired)}, nil
+		return decision{outcome: delivery.OutcomeExpired, s: p.deadLetter(delivery.Settlement{SendID: sendID, Attempt: delivery.Attempt{Status: message.StatusExpired, Error: "expired before delivery", At: now}}, ev, d, delivery.ReasonExpired)}, nil
 	case sub.Status == subscriptions.StatusPaused:
-		held, _ := strconv.Atoi(d.Headers[publish.HeaderHeld])
+		held, _ := strconv.Atoi(d.Headers[message.HeaderHeld])
 		delay := min(p.cfg.PausedDelay<<min(held, 10), 5*time.Minute)
 		return p.requeue(j, delay, "held: the subscription is PAUSED", deferPaused), nil
 	}
@@ -516,75 +456,75 @@ func (p *Dispatcher) deliver(ctx context.Context, j *job) (decision, error) {
 	p.obs.PushRequest(out.Result.String(), out.Latency)
 	logAttrs = append(logAttrs, slog.String("traceparent", span), slog.Int("status_code", out.StatusCode))
 	at := p.now()
-	attempt := Attempt{StatusCode: out.StatusCode, Latency: out.Latency, Body: out.Body, Error: out.Err, At: at}
+	attempt := delivery.Attempt{StatusCode: out.StatusCode, Latency: out.Latency, Body: out.Body, Error: out.Err, At: at}
 	switch out.Result {
 	case Delivered:
-		attempt.Status = publish.StatusDelivered
+		attempt.Status = message.StatusDelivered
 		p.logger.DebugContext(ctx, "push: delivered", logAttrs...)
-		return decision{outcome: OutcomeDelivered, age: at.Sub(ev.PublishedAt), s: Settlement{SendID: sendID, Attempt: attempt}}, nil
+		return decision{outcome: delivery.OutcomeDelivered, age: at.Sub(ev.PublishedAt), s: delivery.Settlement{SendID: sendID, Attempt: attempt}}, nil
 	case Permanent:
-		attempt.Status = publish.StatusDeadLettered
+		attempt.Status = message.StatusDeadLettered
 		p.logger.InfoContext(ctx, "push: permanent failure; dead-lettered", logAttrs...)
-		return decision{outcome: OutcomeRefused, s: p.deadLetter(Settlement{SendID: sendID, Attempt: attempt}, ev, d, ReasonPermanent)}, nil
+		return decision{outcome: delivery.OutcomeRefused, s: p.deadLetter(delivery.Settlement{SendID: sendID, Attempt: attempt}, ev, d, delivery.ReasonPermanent)}, nil
 	}
 
 	step, ok := p.policy(room, sub).Next(d.Attempt)
 	delay := step.Draw(p.rand())
 	if !ok {
-		attempt.Status = publish.StatusDeadLettered
+		attempt.Status = message.StatusDeadLettered
 		p.logger.InfoContext(ctx, "push: attempts exhausted; dead-lettered", append(logAttrs, slog.String("error", out.Err))...)
-		return decision{outcome: OutcomeDeadLettered, s: p.deadLetter(Settlement{SendID: sendID, Attempt: attempt}, ev, d, ReasonExhausted)}, nil
+		return decision{outcome: delivery.OutcomeDeadLettered, s: p.deadLetter(delivery.Settlement{SendID: sendID, Attempt: attempt}, ev, d, delivery.ReasonExhausted)}, nil
 	}
 	if out.RetryAfter > delay {
 		delay = min(out.RetryAfter, p.cfg.MaxRetryAfter) // raises a delay, never lowers one
 	}
 	next := at.Add(delay)
 	if !ev.ExpiresAt.IsZero() && !next.Before(ev.ExpiresAt) {
-		attempt.Status = publish.StatusDeadLettered
+		attempt.Status = message.StatusDeadLettered
 		attempt.Error += "; would expire before the next attempt"
 		p.logger.InfoContext(ctx, "push: would expire before the next attempt; dead-lettered", logAttrs...)
-		return decision{outcome: OutcomeExpired, s: p.deadLetter(Settlement{SendID: sendID, Attempt: attempt}, ev, d, ReasonExpired)}, nil
+		return decision{outcome: delivery.OutcomeExpired, s: p.deadLetter(delivery.Settlement{SendID: sendID, Attempt: attempt}, ev, d, delivery.ReasonExpired)}, nil
 	}
-	attempt.Status = publish.StatusFailed
+	attempt.Status = message.StatusFailed
 	attempt.NextAttemptAt = next
 	p.logger.DebugContext(ctx, "push: attempt failed; retry scheduled", append(logAttrs, slog.String("error", out.Err), slog.Duration("retry_in", delay))...)
 	resend := p.newSend(ev, d, j.key, d.Attempt+1, 0, delay, at)
-	return decision{outcome: OutcomeRetried, s: Settlement{SendID: sendID, Attempt: attempt, Resend: &resend}}, nil
+	return decision{outcome: delivery.OutcomeRetried, s: delivery.Settlement{SendID: sendID, Attempt: attempt, Resend: &resend}}, nil
 }
 
 // requeue decides to republish a message with the same attempt after delay,
-// without counting an attempt (publish.HeaderHeld counts these; each wait
+// without counting an attempt (message.HeaderHeld counts these; each wait
 // doubles), and ack the original.
 func (p *Dispatcher) requeue(j *job, delay time.Duration, why, reason string) decision {
 	d := j.d
-	ev := EventOf(d)
-	sendID, _ := uuid.Parse(d.Headers[publish.HeaderSendID])
+	ev := message.Decode(d)
+	sendID, _ := uuid.Parse(d.Headers[message.HeaderSendID])
 	now := p.now()
 	if !ev.ExpiresAt.IsZero() && !now.Add(delay).Before(ev.ExpiresAt) {
 		// Held or deferred past its expiry it could never be delivered.
-		return decision{outcome: OutcomeExpired, s: p.deadLetter(Settlement{SendID: sendID,
-			Attempt: Attempt{Status: publish.StatusExpired, Error: why + "; would expire first", At: now}}, ev, d, ReasonExpired)}
+		return decision{outcome: delivery.OutcomeExpired, s: p.deadLetter(delivery.Settlement{SendID: sendID,
+			Attempt: delivery.Attempt{Status: message.StatusExpired, Error: why + "; would expire first", At: now}}, ev, d, delivery.ReasonExpired)}
 	}
-	held, _ := strconv.Atoi(d.Headers[publish.HeaderHeld])
+	held, _ := strconv.Atoi(d.Headers[message.HeaderHeld])
 	resend := p.newSend(ev, d, j.key, d.Attempt, held+1, delay, now)
-	return decision{deferred: reason, s: Settlement{
+	return decision{deferred: reason, s: delivery.Settlement{
 		SendID:  sendID,
-		Attempt: Attempt{Status: StatusDeferred, Error: why, At: now, NextAttemptAt: now.Add(delay)},
+		Attempt: delivery.Attempt{Status: delivery.StatusDeferred, Error: why, At: now, NextAttemptAt: now.Add(delay)},
 		Resend:  &resend,
 	}}
 }
 
-func (p *Dispatcher) newSend(ev publish.Event, d *broker.Delivery, subID uuid.UUID, attempt, held int, delay time.Duration, now time.Time) publish.Send {
-	return publish.Send{
+func (p *Dispatcher) newSend(ev message.Event, d *broker.Delivery, subID uuid.UUID, attempt, held int, delay time.Duration, now time.Time) message.Send {
+	return message.Send{
 		ID: uuid.Must(uuid.NewV7()), EventID: ev.ID, RoomID: ev.RoomID, CorrelationID: d.CorrelationID,
 		SubscriptionID: subID, SubscriptionType: string(subscriptions.TypePush), Destination: p.cfg.Queue.FQQN(),
-		Attempt: attempt, Held: held, ScheduledDelay: delay, CreatedAt: now, Status: publish.StatusPending,
+		Attempt: attempt, Held: held, ScheduledDelay: delay, CreatedAt: now, Status: message.StatusPending,
 	}
 }
 
-func (p *Dispatcher) deadLetter(s Settlement, ev publish.Event, d *broker.Delivery, reason string) Settlement {
-	s.DeadLetter = &DeadLetter{
-		ID: uuid.Must(uuid.NewV7()), RoomID: ev.RoomID, SubscriptionID: uuid.MustParse(d.Headers[publish.HeaderSubscriptionID]),
+func (p *Dispatcher) deadLetter(s delivery.Settlement, ev message.Event, d *broker.Delivery, reason string) delivery.Settlement {
+	s.DeadLetter = &delivery.DeadLetter{
+		ID: uuid.Must(uuid.NewV7()), RoomID: ev.RoomID, SubscriptionID: uuid.MustParse(d.Headers[message.HeaderSubscriptionID]),
 		Event: ev, Attempts: d.Attempt, Reason: reason, LastStatusCode: s.Attempt.StatusCode,
 		LastError: s.Attempt.Error, CreatedAt: s.Attempt.At,
 	}
@@ -625,7 +565,7 @@ func (p *Dispatcher) settle(ctx context.Context, d *broker.Delivery, dec *decisi
 		}
 	}
 	if s.Resend != nil && !parked {
-		msg := publish.Message(publish.Pending{Send: *s.Resend, Event: EventOf(d)}, p.now())
+		msg := message.Encode(*s.Resend, message.Decode(d), p.now())
 		if err := p.broker.Send(ctx, msg); err != nil {
 			// The row is in the outbox: the relay sends it once its claim
 			// lapses. The original can be acked all the same.
@@ -653,7 +593,7 @@ func (p *Dispatcher) ack(ctx context.Context, d *broker.Delivery) {
 
 // request builds the POST for a delivery, signed per Standard Webhooks;
 // traceparent is this attempt's (a new span under the publish's trace).
-func (p *Dispatcher) request(sub subscriptions.Subscription, ev publish.Event, d *broker.Delivery, now time.Time, traceparent string) Request {
+func (p *Dispatcher) request(sub subscriptions.Subscription, ev message.Event, d *broker.Delivery, now time.Time, traceparent string) Request {
 	h := http.Header{}
 	h.Set("Content-Type", "application/json")
 	h.Set("User-Agent", "messaging-api-push/1")
@@ -672,54 +612,12 @@ func (p *Dispatcher) request(sub subscriptions.Subscription, ev publish.Event, d
 		h.Set("X-Attr-"+k, v)
 	}
 	if traceparent != "" {
-		h.Set(publish.HeaderTraceparent, traceparent)
+		h.Set(message.HeaderTraceparent, traceparent)
 		if ev.Trace.State != "" {
-			h.Set(publish.HeaderTracestate, ev.Trace.State)
+			h.Set(message.HeaderTracestate, ev.Trace.State)
 		}
 	}
 	return Request{URL: sub.PushURL, Body: d.Body, Headers: h}
-}
-
-// expiresAt is when the event a delivery carries expires (zero: never): the
-// broker's expiry, else the service's header.
-func expiresAt(d *broker.Delivery) time.Time {
-	if !d.Expires.IsZero() {
-		return d.Expires
-	}
-	if ms, err := strconv.ParseInt(d.Headers[publish.HeaderExpiresAt], 10, 64); err == nil {
-		return time.UnixMilli(ms).UTC()
-	}
-	return time.Time{}
-}
-
-// EventOf rebuilds the event a delivery carries from its headers and body.
-func EventOf(d *broker.Delivery) publish.Event {
-	ev := publish.Event{
-		CorrelationID: d.CorrelationID, EventType: d.Headers[publish.HeaderEventType],
-		Payload: json.RawMessage(d.Body), ExpiresAt: expiresAt(d), Attributes: map[string]string{},
-	}
-	// uuid.Parse returns a half-filled id with its error: keep uuid.Nil.
-	if id, err := uuid.Parse(d.Headers[publish.HeaderEventID]); err == nil {
-		ev.ID = id
-	}
-	if id, err := uuid.Parse(d.Headers[publish.HeaderRoomID]); err == nil {
-		ev.RoomID = id
-	}
-	if v, err := strconv.Atoi(d.Headers[publish.HeaderEventVersion]); err == nil { // Atoi clamps an out-of-range value
-		ev.Version = v
-	}
-	if us, err := strconv.ParseInt(d.Headers[publish.HeaderPublishedAt], 10, 64); err == nil {
-		ev.PublishedAt = time.UnixMicro(us).UTC()
-	}
-	if tp, ok := publish.ParseTraceparent(d.Headers[publish.HeaderTraceparent]); ok {
-		ev.Trace = publish.Trace{Parent: tp, State: publish.ParseTracestate(d.Headers[publish.HeaderTracestate])}
-	}
-	for k, v := range d.Headers {
-		if name, ok := strings.CutPrefix(k, publish.AttributePrefix); ok {
-			ev.Attributes[name] = v
-		}
-	}
-	return ev
 }
 
 type cachedTarget struct {

@@ -16,7 +16,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/roomhub/messaging-api/broker"
-	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/subscriptions"
 )
 
@@ -115,7 +115,7 @@ func FuzzRetryAfterForms(f *testing.F) {
 }
 
 // FuzzEventOf: the event a push delivery rebuilds from the broker message
-// (publish.Message → STOMP frame → EventOf) is the event published, for
+// (message.Encode → STOMP frame → message.Decode) is the event published, for
 // any header value; and an attribute that is a valid HTTP field value
 // reaches the push request unchanged as X-Attr-<name>.
 func FuzzEventOf(f *testing.F) {
@@ -132,7 +132,7 @@ func FuzzEventOf(f *testing.F) {
 		// Publish times come from the clock: years 1970–9999.
 		publishedUs = clamp(publishedUs, 0, 253_402_300_799_999_999)
 		expiresMs = clamp(expiresMs, 0, 253_402_300_799_999)
-		ev := publish.Event{
+		ev := message.Event{
 			ID: uuid.NewSHA1(uuid.NameSpaceURL, []byte(eventType)), RoomID: uuid.NewSHA1(uuid.NameSpaceOID, []byte(attrName)),
 			CorrelationID: correlationID, EventType: eventType, Version: version,
 			Payload: json.RawMessage(`{"a":1}`), Attributes: map[string]string{attrName: attrValue},
@@ -141,21 +141,19 @@ func FuzzEventOf(f *testing.F) {
 		if expiresMs > 0 {
 			ev.ExpiresAt = time.UnixMilli(expiresMs).UTC()
 		}
-		pending := publish.Pending{Event: ev}
-		pending.ID, pending.SubscriptionID = uuid.New(), uuid.New()
-		pending.CorrelationID, pending.Attempt, pending.Destination = correlationID, attempt, "push::dispatch"
-		msg := publish.Message(pending, fuzzNow)
+		send := message.Send{ID: uuid.New(), SubscriptionID: uuid.New(), CorrelationID: correlationID, Attempt: attempt, Destination: "push::dispatch"}
+		msg := message.Encode(send, ev, fuzzNow)
 
 		d := &broker.Delivery{Message: msg}
 		d.Headers = overTheWire(t, msg.Headers)
-		got := EventOf(d)
+		got := message.Decode(d)
 		if got.ID != ev.ID || got.RoomID != ev.RoomID || got.EventType != ev.EventType || got.Version != ev.Version ||
 			got.CorrelationID != ev.CorrelationID || !got.PublishedAt.Equal(ev.PublishedAt) || !got.ExpiresAt.Equal(ev.ExpiresAt) ||
 			!bytes.Equal(got.Payload, ev.Payload) || !maps.Equal(got.Attributes, ev.Attributes) {
 			t.Fatalf("published %+v\nrebuilt   %+v", ev, got)
 		}
 
-		sub := subscriptions.Subscription{ID: pending.SubscriptionID, PushURL: "http://example.test/hook", SigningSecret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}
+		sub := subscriptions.Subscription{ID: send.SubscriptionID, PushURL: "http://example.test/hook", SigningSecret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}
 		req := (&Dispatcher{}).request(sub, got, d, fuzzNow, "")
 		// Publish lets only these through; the attribute value is checked below.
 		checked := eventIdentifier.MatchString(eventType) && printableASCII.MatchString(correlationID)
@@ -174,7 +172,7 @@ func FuzzEventOf(f *testing.F) {
 	})
 }
 
-// FuzzEventOfHeaders: EventOf never panics on what a foreign or broken
+// FuzzEventOfHeaders: message.Decode never panics on what a foreign or broken
 // sender puts in the numeric and id headers; garbage leaves the field zero
 // and a decimal integer is read as one.
 func FuzzEventOfHeaders(f *testing.F) {
@@ -185,10 +183,10 @@ func FuzzEventOfHeaders(f *testing.F) {
 	f.Add("1e3", "0x10", "+4", "urn:uuid:0190b7a4-8f7e-7c3e-9c1a-2b7f0d1e2a3b")
 	f.Fuzz(func(t *testing.T, expiresAt, publishedAt, version, eventID string) {
 		d := &broker.Delivery{Message: broker.Message{Headers: map[string]string{
-			publish.HeaderExpiresAt: expiresAt, publish.HeaderPublishedAt: publishedAt,
-			publish.HeaderEventVersion: version, publish.HeaderEventID: eventID,
+			message.HeaderExpiresAt: expiresAt, message.HeaderPublishedAt: publishedAt,
+			message.HeaderEventVersion: version, message.HeaderEventID: eventID,
 		}}}
-		ev := EventOf(d)
+		ev := message.Decode(d)
 		if ms, err := strconv.ParseInt(expiresAt, 10, 64); err != nil {
 			if !ev.ExpiresAt.IsZero() {
 				t.Fatalf("x-expires-at %q gives %v", expiresAt, ev.ExpiresAt)

@@ -14,7 +14,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/roomhub/messaging-api/broker"
-	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/delivery"
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/subscriptions"
 )
@@ -23,14 +24,14 @@ import (
 type twoSubs struct {
 	subs map[uuid.UUID]subscriptions.Subscription
 	mu   sync.Mutex
-	out  map[publish.Status]int
+	out  map[message.Status]int
 }
 
 func (d *twoSubs) PushTarget(_ context.Context, _, id uuid.UUID) (rooms.Room, subscriptions.Subscription, error) {
 	return rooms.Room{DeliveryAttempts: 1}, d.subs[id], nil
 }
 
-func (d *twoSubs) Settle(_ context.Context, s Settlement) error {
+func (d *twoSubs) Settle(_ context.Context, s delivery.Settlement) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.out[s.Attempt.Status]++
@@ -63,7 +64,7 @@ func TestDispatcherIsolatesAHangingEndpoint(t *testing.T) {
 	t.Cleanup(func() { close(release); hang.Close(); fast.Close() })
 	slowSub := subscriptions.Subscription{ID: uuid.New(), Type: subscriptions.TypePush, PushURL: hang.URL, Status: subscriptions.StatusActive}
 	fastSub := subscriptions.Subscription{ID: uuid.New(), Type: subscriptions.TypePush, PushURL: fast.URL, Status: subscriptions.StatusActive}
-	db := &twoSubs{subs: map[uuid.UUID]subscriptions.Subscription{slowSub.ID: slowSub, fastSub.ID: fastSub}, out: map[publish.Status]int{}}
+	db := &twoSubs{subs: map[uuid.UUID]subscriptions.Subscription{slowSub.ID: slowSub, fastSub.ID: fastSub}, out: map[message.Status]int{}}
 
 	d, send := smallWindowDispatcher(t, db, db)
 	for range 12 {
@@ -81,7 +82,7 @@ func TestDispatcherIsolatesAHangingEndpoint(t *testing.T) {
 	deferrals := func() int {
 		db.mu.Lock()
 		defer db.mu.Unlock()
-		return db.out[StatusDeferred]
+		return db.out[delivery.StatusDeferred]
 	}
 	eventually(t, 2*time.Second, "8 deferrals", func() bool { return deferrals() >= 8 })
 	time.Sleep(50 * time.Millisecond)
@@ -103,10 +104,10 @@ func smallWindowDispatcher(t *testing.T, dir Directory, log Log) (*Dispatcher, f
 	cfg.SlowAfter, cfg.ShutdownGrace = 100*time.Millisecond, 100*time.Millisecond
 	d := New(cfg, b, dir, log, NewHTTPClient(10*time.Second, loopbackAllowed()), time.Now, logger)
 	return d, func(sub uuid.UUID) {
-		ev := publish.Event{ID: uuid.New(), RoomID: uuid.New(), EventType: "tick", Version: 1, Payload: []byte(`{}`), PublishedAt: time.Now()}
-		s := publish.Send{ID: uuid.New(), EventID: ev.ID, RoomID: ev.RoomID, CorrelationID: "c", SubscriptionID: sub,
+		ev := message.Event{ID: uuid.New(), RoomID: uuid.New(), EventType: "tick", Version: 1, Payload: []byte(`{}`), PublishedAt: time.Now()}
+		s := message.Send{ID: uuid.New(), EventID: ev.ID, RoomID: ev.RoomID, CorrelationID: "c", SubscriptionID: sub,
 			Destination: queue.FQQN(), Attempt: 1, CreatedAt: time.Now()}
-		if err := b.Send(context.Background(), publish.Message(publish.Pending{Send: s, Event: ev}, time.Now())); err != nil {
+		if err := b.Send(context.Background(), message.Encode(s, ev, time.Now())); err != nil {
 			t.Fatal(err)
 		}
 	}

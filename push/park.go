@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/message"
 )
 
 // parkedSubs remembers the subscriptions this dispatcher parked copies of
@@ -91,7 +90,7 @@ func (p *Dispatcher) releaseParked(ctx context.Context, sched *scheduler, j *job
 	if p.cfg.SlowAfter <= 0 || latency >= p.cfg.SlowAfter || !sched.quick(j.key) {
 		return
 	}
-	if !p.parked.claim(j.key, j.d.Headers[publish.HeaderHeld] != "", p.now(), p.cfg.DeferDelay) {
+	if !p.parked.claim(j.key, j.d.Headers[message.HeaderHeld] != "", p.now(), p.cfg.DeferDelay) {
 		return
 	}
 	// Aside, so that the worker goes on; Run waits for it. Not cancelled by

@@ -11,7 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/roomhub/messaging-api/broker"
-	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/message"
 )
 
 // testClock is a clock a test moves by hand.
@@ -47,7 +47,7 @@ func TestReleaseParkedGuards(t *testing.T) {
 	newJob := func(held string) *job {
 		h := map[string]string{}
 		if held != "" {
-			h[publish.HeaderHeld] = held
+			h[message.HeaderHeld] = held
 		}
 		return &job{key: sub, d: &broker.Delivery{Message: broker.Message{Headers: h}}}
 	}

@@ -15,7 +15,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/roomhub/messaging-api/broker"
-	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/delivery"
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/subscriptions"
 )
@@ -26,7 +27,7 @@ type flakyDB struct {
 	down atomic.Bool
 
 	mu      sync.Mutex
-	settled []Settlement
+	settled []delivery.Settlement
 }
 
 var errDown = errors.New("database unreachable")
@@ -38,7 +39,7 @@ func (f *flakyDB) PushTarget(context.Context, uuid.UUID, uuid.UUID) (rooms.Room,
 	return rooms.Room{DeliveryAttempts: 3, DeliveryDelay: 10, DeliveryDelayMultiplier: 1}, f.sub, nil
 }
 
-func (f *flakyDB) Settle(_ context.Context, s Settlement) error {
+func (f *flakyDB) Settle(_ context.Context, s delivery.Settlement) error {
 	if f.down.Load() {
 		return errDown
 	}
@@ -59,10 +60,10 @@ func (f *flakyDB) ping(context.Context) error {
 	return nil
 }
 
-func (f *flakyDB) outcomes() []publish.Status {
+func (f *flakyDB) outcomes() []message.Status {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []publish.Status
+	var out []message.Status
 	for _, s := range f.settled {
 		out = append(out, s.Attempt.Status)
 	}
@@ -137,10 +138,10 @@ func TestDispatcherPausesWhileDatabaseDown(t *testing.T) {
 
 	send := func() {
 		t.Helper()
-		ev := publish.Event{ID: uuid.New(), RoomID: uuid.New(), EventType: "tick", Version: 1, Payload: []byte(`{}`), PublishedAt: time.Now()}
-		s := publish.Send{ID: uuid.New(), EventID: ev.ID, RoomID: ev.RoomID, CorrelationID: "c-" + ev.ID.String(),
+		ev := message.Event{ID: uuid.New(), RoomID: uuid.New(), EventType: "tick", Version: 1, Payload: []byte(`{}`), PublishedAt: time.Now()}
+		s := message.Send{ID: uuid.New(), EventID: ev.ID, RoomID: ev.RoomID, CorrelationID: "c-" + ev.ID.String(),
 			SubscriptionID: db.sub.ID, Destination: queue.FQQN(), Attempt: 1, CreatedAt: time.Now()}
-		if err := b.Send(context.Background(), publish.Message(publish.Pending{Send: s, Event: ev}, time.Now())); err != nil {
+		if err := b.Send(context.Background(), message.Encode(s, ev, time.Now())); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -164,7 +165,7 @@ func TestDispatcherPausesWhileDatabaseDown(t *testing.T) {
 		t.Errorf("%d requests, want 2: one per message", n)
 	}
 	for i, s := range db.outcomes() {
-		if s != publish.StatusDelivered {
+		if s != message.StatusDelivered {
 			t.Errorf("outcome %d: %s, want delivered", i, s)
 		}
 	}
@@ -172,7 +173,7 @@ func TestDispatcherPausesWhileDatabaseDown(t *testing.T) {
 	if len(ev) != 2 || ev[1] {
 		t.Errorf("pause events %v, want [true false]", ev)
 	}
-	if final[OutcomeDelivered] != 2 || len(final) != 1 {
+	if final[delivery.OutcomeDelivered] != 2 || len(final) != 1 {
 		t.Errorf("observed %v, want 2 delivered", final)
 	}
 }

@@ -13,7 +13,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/roomhub/messaging-api/broker"
-	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/delivery"
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/subscriptions"
 )
 
@@ -26,7 +27,7 @@ type stalledLog struct {
 	unstall chan struct{}
 }
 
-func (l *stalledLog) Settle(ctx context.Context, s Settlement) error {
+func (l *stalledLog) Settle(ctx context.Context, s delivery.Settlement) error {
 	if l.calls.Add(1) == 1 {
 		close(l.stalled)
 		select {
@@ -53,7 +54,7 @@ func TestDispatcherFreesTheSlotBeforeTheCommit(t *testing.T) {
 	t.Cleanup(srv.Close)
 	sub := subscriptions.Subscription{ID: uuid.New(), Type: subscriptions.TypePush, PushURL: srv.URL, Status: subscriptions.StatusActive}
 	log := &stalledLog{
-		twoSubs: &twoSubs{subs: map[uuid.UUID]subscriptions.Subscription{sub.ID: sub}, out: map[publish.Status]int{}},
+		twoSubs: &twoSubs{subs: map[uuid.UUID]subscriptions.Subscription{sub.ID: sub}, out: map[message.Status]int{}},
 		stalled: make(chan struct{}), unstall: make(chan struct{}),
 	}
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -64,10 +65,10 @@ func TestDispatcherFreesTheSlotBeforeTheCommit(t *testing.T) {
 	cfg.Workers, cfg.PerSubscription, cfg.ShutdownGrace = 4, 1, 100*time.Millisecond
 	d := New(cfg, b, log, log, NewHTTPClient(10*time.Second, loopbackAllowed()), time.Now, logger)
 	for range 2 {
-		ev := publish.Event{ID: uuid.New(), RoomID: uuid.New(), EventType: "tick", Version: 1, Payload: []byte(`{}`), PublishedAt: time.Now()}
-		s := publish.Send{ID: uuid.New(), EventID: ev.ID, RoomID: ev.RoomID, CorrelationID: "c", SubscriptionID: sub.ID,
+		ev := message.Event{ID: uuid.New(), RoomID: uuid.New(), EventType: "tick", Version: 1, Payload: []byte(`{}`), PublishedAt: time.Now()}
+		s := message.Send{ID: uuid.New(), EventID: ev.ID, RoomID: ev.RoomID, CorrelationID: "c", SubscriptionID: sub.ID,
 			Destination: queue.FQQN(), Attempt: 1, CreatedAt: time.Now()}
-		if err := b.Send(context.Background(), publish.Message(publish.Pending{Send: s, Event: ev}, time.Now())); err != nil {
+		if err := b.Send(context.Background(), message.Encode(s, ev, time.Now())); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -86,6 +87,6 @@ func TestDispatcherFreesTheSlotBeforeTheCommit(t *testing.T) {
 	eventually(t, 2*time.Second, "both outcomes stored", func() bool {
 		log.mu.Lock()
 		defer log.mu.Unlock()
-		return log.out[publish.StatusDelivered] == 2
+		return log.out[message.StatusDelivered] == 2
 	})
 }

@@ -17,6 +17,7 @@ import (
 // Sentinel errors; the store maps its own errors onto these.
 var (
 	ErrNotFound             = fmt.Errorf("room %w", api.ErrNotFound)
+	ErrTerminated           = fmt.Errorf("the room is TERMINATED and accepts no events: %w", api.ErrConflict)
 	ErrIdentifierTaken      = fmt.Errorf("a room with this identifier already exists: %w", api.ErrConflict)
 	ErrHasSubscriptions     = fmt.Errorf("the room has subscriptions; delete them first, or use ?force=true to delete them with the room: %w", api.ErrConflict)
 	ErrEventTypeNotFound    = fmt.Errorf("event type %w", api.ErrNotFound)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/store"
 	"github.com/roomhub/messaging-api/store/storetest"
@@ -21,11 +22,11 @@ func BenchmarkPublishOne(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		now := time.Now().UTC()
-		e := publish.Event{ID: uuid.Must(uuid.NewV7()), RoomID: room, RequestID: room, CorrelationID: "c",
+		e := message.Event{ID: uuid.Must(uuid.NewV7()), RoomID: room, RequestID: room, CorrelationID: "c",
 			EventTypeID: room, EventType: "t", Version: 1, Payload: []byte(`{"n":1}`), PublishedAt: now, Attributes: map[string]string{}}
-		s := publish.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "c",
-			SubscriptionID: room, SubscriptionType: "PUSH", Destination: "d", Attempt: 1, CreatedAt: now, Status: publish.StatusPending}
-		if err := ev.Publish(ctx, []publish.Event{e}, []publish.Send{s}, publish.Lease{}); err != nil {
+		s := message.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "c",
+			SubscriptionID: room, SubscriptionType: "PUSH", Destination: "d", Attempt: 1, CreatedAt: now, Status: message.StatusPending}
+		if err := ev.Publish(ctx, []message.Event{e}, []message.Send{s}, publish.Lease{}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -10,8 +10,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/roomhub/messaging-api/publish"
-	"github.com/roomhub/messaging-api/push"
+	"github.com/roomhub/messaging-api/delivery"
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/store"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
@@ -45,9 +45,9 @@ func TestRecordingDoesNotDeadlock(t *testing.T) {
 			part := slices.Clone(ids[w*15 : w*15+30])
 			rand.Shuffle(len(part), func(i, j int) { part[i], part[j] = part[j], part[i] })
 			wg.Go(func() {
-				ss := make([]push.Settlement, len(part))
+				ss := make([]delivery.Settlement, len(part))
 				for i, id := range part {
-					ss[i] = push.Settlement{SendID: id, Attempt: push.Attempt{Status: publish.StatusDelivered, StatusCode: 200, At: now}}
+					ss[i] = delivery.Settlement{SendID: id, Attempt: delivery.Attempt{Status: message.StatusDelivered, StatusCode: 200, At: now}}
 				}
 				errs <- db.Push().SettleAll(ctx, ss)
 			})

@@ -11,8 +11,9 @@ import (
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
+	"github.com/roomhub/messaging-api/delivery"
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/publish"
-	"github.com/roomhub/messaging-api/push"
 )
 
 // Events implements publish.Store: events, the published-messages log, and
@@ -89,7 +90,7 @@ type claimedRow struct {
 
 // insertSends logs sends within tx and puts the unsent pending ones in the
 // outbox, leased to owner until until when owner is not "".
-func insertSends(tx *gorm.DB, sends []publish.Send, owner string, until time.Time) error {
+func insertSends(tx *gorm.DB, sends []message.Send, owner string, until time.Time) error {
 	if len(sends) == 0 {
 		return nil
 	}
@@ -97,7 +98,7 @@ func insertSends(tx *gorm.DB, sends []publish.Send, owner string, until time.Tim
 	out := make([]outboxRow, 0, len(sends))
 	for i, sd := range sends {
 		rows[i] = toSendRow(sd)
-		if sd.Status == publish.StatusPending && sd.SentAt.IsZero() {
+		if sd.Status == message.StatusPending && sd.SentAt.IsZero() {
 			o := outboxRow{SendID: sd.ID, CreatedAt: rows[i].CreatedAt}
 			if owner != "" {
 				o.ClaimedBy, o.ClaimedUntil = owner, timePtr(until)
@@ -114,7 +115,7 @@ func insertSends(tx *gorm.DB, sends []publish.Send, owner string, until time.Tim
 	return tx.CreateInBatches(out, 500).Error
 }
 
-func toEventRow(e publish.Event) eventRow {
+func toEventRow(e message.Event) eventRow {
 	attrs, _ := json.Marshal(e.Attributes)
 	r := eventRow{
 		ID: e.ID, RoomID: e.RoomID, RequestID: e.RequestID, CorrelationID: e.CorrelationID,
@@ -130,13 +131,13 @@ func toEventRow(e publish.Event) eventRow {
 	return r
 }
 
-func (r eventRow) domain() publish.Event {
-	e := publish.Event{
+func (r eventRow) domain() message.Event {
+	e := message.Event{
 		ID: r.ID, RoomID: r.RoomID, RequestID: r.RequestID, CorrelationID: r.CorrelationID,
 		EventTypeID: r.EventTypeID, EventType: r.EventType, Version: r.Version,
 		Payload: json.RawMessage(r.Payload), RequestHash: r.RequestHash,
 		Destinations: r.Destinations, PublishedAt: r.PublishedAt.UTC(), ExpiresAt: timeVal(r.ExpiresAt),
-		Trace: publish.Trace{Parent: r.Traceparent, State: r.Tracestate},
+		Trace: message.Trace{Parent: r.Traceparent, State: r.Tracestate},
 	}
 	_ = json.Unmarshal([]byte(r.Attributes), &e.Attributes)
 	if r.IdempotencyKey != nil {
@@ -145,7 +146,7 @@ func (r eventRow) domain() publish.Event {
 	return e
 }
 
-func toSendRow(s publish.Send) sendRow {
+func toSendRow(s message.Send) sendRow {
 	r := sendRow{
 		ID: s.ID, EventID: s.EventID, RoomID: s.RoomID, CorrelationID: s.CorrelationID,
 		SubscriptionID: s.SubscriptionID, SubscriptionType: s.SubscriptionType,
@@ -160,13 +161,13 @@ func toSendRow(s publish.Send) sendRow {
 	return r
 }
 
-func (r sendRow) domain() publish.Send {
-	s := publish.Send{
+func (r sendRow) domain() message.Send {
+	s := message.Send{
 		ID: r.ID, EventID: r.EventID, RoomID: r.RoomID, CorrelationID: r.CorrelationID,
 		SubscriptionID: r.SubscriptionID, SubscriptionType: r.SubscriptionType,
 		Destination: r.Destination, Attempt: r.Attempt, Held: r.Held,
 		ScheduledDelay: time.Duration(r.ScheduledDelay) * time.Millisecond,
-		CreatedAt:      r.CreatedAt.UTC(), SentAt: timeVal(r.SentAt), Status: publish.Status(r.Status),
+		CreatedAt:      r.CreatedAt.UTC(), SentAt: timeVal(r.SentAt), Status: message.Status(r.Status),
 		Error: r.Error, CompletedAt: timeVal(r.CompletedAt),
 	}
 	if r.StatusCode != nil {
@@ -193,7 +194,7 @@ func timeVal(t *time.Time) time.Time {
 func (s *Events) tx(ctx context.Context) *gorm.DB { return s.db.gorm.WithContext(ctx) }
 
 // Publish implements publish.Store.
-func (s *Events) Publish(ctx context.Context, events []publish.Event, sends []publish.Send, lease publish.Lease) error {
+func (s *Events) Publish(ctx context.Context, events []message.Event, sends []message.Send, lease publish.Lease) error {
 	return s.PublishAll(ctx, []publish.Batch{{Events: events, Sends: sends, Lease: lease}})
 }
 
@@ -282,7 +283,7 @@ func publishStatement(batches []publish.Batch) (string, []any) {
 			r := toSendRow(sd)
 			args = append(args, r.ID, r.EventID, r.RoomID, r.CorrelationID, r.SubscriptionID, r.SubscriptionType,
 				r.Destination, r.Attempt, r.Held, r.ScheduledDelay, r.CreatedAt.UTC(), r.SentAt, r.Status, r.StatusCode, r.Error, r.CompletedAt)
-			if sd.Status == publish.StatusPending && sd.SentAt.IsZero() {
+			if sd.Status == message.StatusPending && sd.SentAt.IsZero() {
 				owed = append(owed, owedRow{r, bt.Lease})
 			}
 		}
@@ -318,14 +319,14 @@ func placeholders(b *strings.Builder, n, cols int) {
 }
 
 // EventByIdempotencyKey implements publish.Store.
-func (s *Events) EventByIdempotencyKey(ctx context.Context, roomID uuid.UUID, key string) (publish.Event, error) {
+func (s *Events) EventByIdempotencyKey(ctx context.Context, roomID uuid.UUID, key string) (message.Event, error) {
 	var r eventRow
 	err := s.tx(ctx).Where("room_id = ? AND idempotency_key = ?", roomID, key).Take(&r).Error
 	return r.domain(), translate(err, publish.ErrEventNotFound, nil)
 }
 
 // EventsByRequest implements publish.Store.
-func (s *Events) EventsByRequest(ctx context.Context, roomID, requestID uuid.UUID) ([]publish.Event, error) {
+func (s *Events) EventsByRequest(ctx context.Context, roomID, requestID uuid.UUID) ([]message.Event, error) {
 	var rows []eventRow
 	if err := s.tx(ctx).Where("room_id = ? AND request_id = ?", roomID, requestID).Order("id").Find(&rows).Error; err != nil {
 		return nil, translate(err, nil, nil)
@@ -333,8 +334,8 @@ func (s *Events) EventsByRequest(ctx context.Context, roomID, requestID uuid.UUI
 	return eventsOf(rows), nil
 }
 
-func eventsOf(rows []eventRow) []publish.Event {
-	out := make([]publish.Event, len(rows))
+func eventsOf(rows []eventRow) []message.Event {
+	out := make([]message.Event, len(rows))
 	for i, r := range rows {
 		out[i] = r.domain()
 	}
@@ -342,14 +343,14 @@ func eventsOf(rows []eventRow) []publish.Event {
 }
 
 // Event implements publish.Store.
-func (s *Events) Event(ctx context.Context, roomID, id uuid.UUID) (publish.Event, error) {
+func (s *Events) Event(ctx context.Context, roomID, id uuid.UUID) (message.Event, error) {
 	var r eventRow
 	err := s.tx(ctx).Where("room_id = ? AND id = ?", roomID, id).Take(&r).Error
 	return r.domain(), translate(err, publish.ErrEventNotFound, nil)
 }
 
 // Events implements publish.Store.
-func (s *Events) Events(ctx context.Context, q publish.EventQuery) ([]publish.Event, error) {
+func (s *Events) Events(ctx context.Context, q publish.EventQuery) ([]message.Event, error) {
 	tx := s.tx(ctx).Where("room_id = ?", q.RoomID).Order("id DESC")
 	if q.CorrelationID != "" {
 		tx = tx.Where("correlation_id = ?", q.CorrelationID)
@@ -368,7 +369,7 @@ func (s *Events) Events(ctx context.Context, q publish.EventQuery) ([]publish.Ev
 }
 
 // Sends implements publish.Store.
-func (s *Events) Sends(ctx context.Context, eventIDs []uuid.UUID) ([]publish.Send, error) {
+func (s *Events) Sends(ctx context.Context, eventIDs []uuid.UUID) ([]message.Send, error) {
 	if len(eventIDs) == 0 {
 		return nil, nil
 	}
@@ -376,7 +377,7 @@ func (s *Events) Sends(ctx context.Context, eventIDs []uuid.UUID) ([]publish.Sen
 	if err := s.tx(ctx).Where("event_id IN ?", eventIDs).Order("id").Find(&rows).Error; err != nil {
 		return nil, translate(err, nil, nil)
 	}
-	out := make([]publish.Send, len(rows))
+	out := make([]message.Send, len(rows))
 	for i, r := range rows {
 		out[i] = r.domain()
 	}
@@ -452,7 +453,7 @@ func (s *Events) ClaimPending(ctx context.Context, owner string, until time.Time
 	if err := s.tx(ctx).Where("id IN ?", eventIDs).Find(&evRows).Error; err != nil {
 		return nil, translate(err, nil, nil)
 	}
-	events := make(map[uuid.UUID]publish.Event, len(evRows))
+	events := make(map[uuid.UUID]message.Event, len(evRows))
 	for _, r := range evRows {
 		events[r.ID] = r.domain()
 	}
@@ -461,7 +462,7 @@ func (s *Events) ClaimPending(ctx context.Context, owner string, until time.Time
 	for _, c := range rows {
 		r := c.Log
 		ev, ok := events[r.EventID]
-		if !ok || r.SentAt != nil || r.Status != string(publish.StatusPending) {
+		if !ok || r.SentAt != nil || r.Status != string(message.StatusPending) {
 			continue // purged, or settled: nothing left to send
 		}
 		owed[r.ID] = true
@@ -502,9 +503,9 @@ func (s *Events) MarkSent(ctx context.Context, ids []uuid.UUID, at time.Time) er
 	// The consumer may have settled the copy already (delivered before the
 	// receipt was recorded): keep its outcome, only fill in sent_at. A
 	// pending copy's error is a refusal the broker has now got over.
-	pending := string(publish.StatusPending)
+	pending := string(message.StatusPending)
 	return s.recordAndRemove(ctx, ids, "sent_at = COALESCE(sent_at, ?), error = CASE WHEN status = ? THEN '' ELSE error END, status = CASE WHEN status = ? THEN ? ELSE status END",
-		at.UTC(), pending, pending, string(publish.StatusSent))
+		at.UTC(), pending, pending, string(message.StatusSent))
 }
 
 // recordAndRemove runs UPDATE published_messages SET set on the log rows ids
@@ -580,7 +581,7 @@ func (s *Events) Refuse(ctx context.Context, refusals []publish.Refusal) error {
 
 // refuse records one refusal within tx.
 func refuse(tx *gorm.DB, f publish.Refusal) error {
-	pending := string(publish.StatusPending)
+	pending := string(message.StatusPending)
 	if !f.RetryAt.IsZero() {
 		if err := tx.Model(&sendRow{}).Where("id = ? AND status = ?", f.ID, pending).Update("error", f.Error).Error; err != nil {
 			return err
@@ -594,7 +595,7 @@ func refuse(tx *gorm.DB, f publish.Refusal) error {
 	}
 	status, errText := f.Status, f.Error
 	if subs == 0 {
-		status, errText = publish.StatusDropped, "subscription deleted; "+f.Error
+		status, errText = message.StatusDropped, "subscription deleted; "+f.Error
 	}
 	res := tx.Model(&sendRow{}).Where("id = ? AND status = ?", f.ID, pending).
 		Updates(map[string]any{"status": string(status), "error": errText, "completed_at": f.At.UTC()})
@@ -604,10 +605,10 @@ func refuse(tx *gorm.DB, f publish.Refusal) error {
 	if err := tx.Where("send_id = ?", f.ID).Delete(&outboxRow{}).Error; err != nil {
 		return err
 	}
-	if res.RowsAffected == 0 || status == publish.StatusDropped {
+	if res.RowsAffected == 0 || status == message.StatusDropped {
 		return nil // settled meanwhile, or its subscription is gone
 	}
-	row := toDeadLetterRow(push.DeadLetter{
+	row := toDeadLetterRow(delivery.DeadLetter{
 		ID: uuid.Must(uuid.NewV7()), RoomID: f.RoomID, SubscriptionID: f.SubscriptionID, Event: f.Event,
 		Attempts: f.Attempt, Reason: f.Reason, LastError: f.Error, CreatedAt: f.At.UTC(),
 	})
@@ -623,7 +624,7 @@ func (s *Events) PurgeEvents(ctx context.Context, q publish.PurgeQuery) (int, er
 		Where("published_at < ?", q.PublishedBefore.UTC()).
 		Where("published_at < ? OR (expires_at IS NOT NULL AND expires_at < ?)", q.RetainedBefore.UTC(), q.Now.UTC()).
 		Where("NOT EXISTS (SELECT 1 FROM published_messages p JOIN outbox o ON o.send_id = p.id WHERE p.event_id = events.id AND p.sent_at IS NULL AND p.status = ?)",
-			string(publish.StatusPending)).
+			string(message.StatusPending)).
 		Order("id").Limit(q.Limit).Scan(&ids).Error
 	if err != nil || len(ids) == 0 {
 		return 0, translate(err, nil, nil)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
@@ -24,7 +25,7 @@ func TestPurge(t *testing.T) {
 			now := time.Now().UTC().Truncate(time.Microsecond)
 			room := uuid.Must(uuid.NewV7())
 			mk := func(age, expiresIn time.Duration, pending bool) uuid.UUID {
-				e := publish.Event{
+				e := message.Event{
 					ID: uuid.Must(uuid.NewV7()), RoomID: room, RequestID: uuid.Must(uuid.NewV7()), CorrelationID: "c",
 					EventTypeID: uuid.Must(uuid.NewV7()), EventType: "t", Version: 1, Payload: []byte(`{}`),
 					PublishedAt: now.Add(-age), Attributes: map[string]string{},
@@ -32,15 +33,15 @@ func TestPurge(t *testing.T) {
 				if expiresIn != 0 {
 					e.ExpiresAt = now.Add(expiresIn)
 				}
-				s := publish.Send{
+				s := message.Send{
 					ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "c",
 					SubscriptionID: uuid.Must(uuid.NewV7()), SubscriptionType: "PULL", Destination: "d", Attempt: 1,
-					CreatedAt: e.PublishedAt, Status: publish.StatusPending,
+					CreatedAt: e.PublishedAt, Status: message.StatusPending,
 				}
 				if !pending {
-					s.Status, s.SentAt = publish.StatusSent, e.PublishedAt
+					s.Status, s.SentAt = message.StatusSent, e.PublishedAt
 				}
-				if err := ev.Publish(ctx, []publish.Event{e}, []publish.Send{s}, publish.Lease{}); err != nil {
+				if err := ev.Publish(ctx, []message.Event{e}, []message.Send{s}, publish.Lease{}); err != nil {
 					t.Fatal(err)
 				}
 				return e.ID

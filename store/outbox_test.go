@@ -12,8 +12,9 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/roomhub/messaging-api/delivery"
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/publish"
-	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/store"
 	"github.com/roomhub/messaging-api/store/storetest"
@@ -23,37 +24,37 @@ import (
 // outboxFixture publishes n events with one pending PULL send each (and,
 // when sent is true, one more send already confirmed, which must not enter
 // the outbox).
-func outboxFixture(t *testing.T, ev *store.Events, n int, sent bool) []publish.Send {
+func outboxFixture(t *testing.T, ev *store.Events, n int, sent bool) []message.Send {
 	t.Helper()
 	return leasedFixture(t, ev, n, sent, publish.Lease{})
 }
 
 // leasedFixture is outboxFixture with the outbox rows stored under lease (a
 // publish handed off to its relay).
-func leasedFixture(t *testing.T, ev *store.Events, n int, sent bool, lease publish.Lease) []publish.Send {
+func leasedFixture(t *testing.T, ev *store.Events, n int, sent bool, lease publish.Lease) []message.Send {
 	t.Helper()
 	room := uuid.Must(uuid.NewV7())
 	now := time.Now().UTC().Truncate(time.Microsecond)
-	var events []publish.Event
-	var sends []publish.Send
+	var events []message.Event
+	var sends []message.Send
 	for range n {
-		e := publish.Event{ID: uuid.Must(uuid.NewV7()), RoomID: room, RequestID: room, CorrelationID: "c",
+		e := message.Event{ID: uuid.Must(uuid.NewV7()), RoomID: room, RequestID: room, CorrelationID: "c",
 			EventTypeID: room, EventType: "t", Version: 1, Payload: []byte(`1`), PublishedAt: now, Attributes: map[string]string{}}
 		events = append(events, e)
-		sends = append(sends, publish.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "c",
-			SubscriptionID: room, SubscriptionType: "PULL", Destination: "d", Attempt: 1, CreatedAt: now, Status: publish.StatusPending})
+		sends = append(sends, message.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "c",
+			SubscriptionID: room, SubscriptionType: "PULL", Destination: "d", Attempt: 1, CreatedAt: now, Status: message.StatusPending})
 		if sent {
-			sends = append(sends, publish.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "c",
+			sends = append(sends, message.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "c",
 				SubscriptionID: room, SubscriptionType: "PULL", Destination: "d", Attempt: 1, CreatedAt: now,
-				Status: publish.StatusSent, SentAt: now})
+				Status: message.StatusSent, SentAt: now})
 		}
 	}
 	if err := ev.Publish(context.Background(), events, sends, lease); err != nil {
 		t.Fatal(err)
 	}
-	var pending []publish.Send
+	var pending []message.Send
 	for _, s := range sends {
-		if s.Status == publish.StatusPending {
+		if s.Status == message.StatusPending {
 			pending = append(pending, s)
 		}
 	}
@@ -145,7 +146,7 @@ func TestOutboxLifecycle(t *testing.T) {
 			// Given up after a refusal; the fixture's subscription does not
 			// exist, so it is dropped (see TestOutboxRefusals).
 			if err := ev.Refuse(ctx, []publish.Refusal{{Pending: publish.Pending{Send: sends[1]}, Error: "refused",
-				At: now, Status: publish.StatusExpired, Reason: publish.ReasonExpired}}); err != nil {
+				At: now, Status: message.StatusExpired, Reason: delivery.ReasonExpired}}); err != nil {
 				t.Fatal(err)
 			}
 			// sends[3]'s lease ends too, as if its relay died after the
@@ -153,8 +154,8 @@ func TestOutboxLifecycle(t *testing.T) {
 			if err := ev.Release(ctx, []uuid.UUID{sends[2].ID, sends[3].ID}); err != nil {
 				t.Fatal(err)
 			}
-			if err := db.Push().Settle(ctx, push.Settlement{SendID: sends[3].ID,
-				Attempt: push.Attempt{Status: publish.StatusDelivered, StatusCode: 200, At: now}}); err != nil {
+			if err := db.Push().Settle(ctx, delivery.Settlement{SendID: sends[3].ID,
+				Attempt: delivery.Attempt{Status: message.StatusDelivered, StatusCode: 200, At: now}}); err != nil {
 				t.Fatal(err)
 			}
 			if n := backlog(t, ev); n != 2 {
@@ -175,11 +176,11 @@ func TestOutboxLifecycle(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			status := map[uuid.UUID]publish.Status{}
+			status := map[uuid.UUID]message.Status{}
 			for _, s := range log {
 				status[s.ID] = s.Status
 			}
-			for id, w := range map[uuid.UUID]publish.Status{sends[0].ID: publish.StatusSent, sends[1].ID: publish.StatusDropped, sends[3].ID: publish.StatusDelivered} {
+			for id, w := range map[uuid.UUID]message.Status{sends[0].ID: message.StatusSent, sends[1].ID: message.StatusDropped, sends[3].ID: message.StatusDelivered} {
 				if status[id] != w {
 					t.Errorf("send %s logged %q, want %q", id, status[id], w)
 				}
@@ -204,8 +205,8 @@ func TestOutboxResendLease(t *testing.T) {
 			}
 			resend := sends[0]
 			resend.ID, resend.Attempt, resend.ScheduledDelay = uuid.Must(uuid.NewV7()), 2, time.Second
-			if err := db.Push().Settle(ctx, push.Settlement{SendID: sends[0].ID,
-				Attempt: push.Attempt{Status: publish.StatusFailed, StatusCode: 503, At: time.Now()},
+			if err := db.Push().Settle(ctx, delivery.Settlement{SendID: sends[0].ID,
+				Attempt: delivery.Attempt{Status: message.StatusFailed, StatusCode: 503, At: time.Now()},
 				Resend:  &resend, Owner: "dispatcher", Until: time.Now().Add(time.Minute)}); err != nil {
 				t.Fatal(err)
 			}
@@ -245,20 +246,20 @@ func TestOutboxPurge(t *testing.T) {
 			ev := db.Events()
 			now := time.Now().UTC()
 			room := uuid.Must(uuid.NewV7())
-			e := publish.Event{ID: uuid.Must(uuid.NewV7()), RoomID: room, RequestID: room, CorrelationID: "c",
+			e := message.Event{ID: uuid.Must(uuid.NewV7()), RoomID: room, RequestID: room, CorrelationID: "c",
 				EventTypeID: room, EventType: "t", Version: 1, Payload: []byte(`1`), PublishedAt: now.Add(-48 * time.Hour),
 				ExpiresAt: now.Add(-time.Hour), Attributes: map[string]string{}}
-			s := publish.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "c",
-				SubscriptionID: room, SubscriptionType: "PULL", Destination: "d", Attempt: 1, CreatedAt: e.PublishedAt, Status: publish.StatusPending}
-			if err := ev.Publish(ctx, []publish.Event{e}, []publish.Send{s}, publish.Lease{}); err != nil {
+			s := message.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "c",
+				SubscriptionID: room, SubscriptionType: "PULL", Destination: "d", Attempt: 1, CreatedAt: e.PublishedAt, Status: message.StatusPending}
+			if err := ev.Publish(ctx, []message.Event{e}, []message.Send{s}, publish.Lease{}); err != nil {
 				t.Fatal(err)
 			}
 			q := publish.PurgeQuery{PublishedBefore: now.Add(-24 * time.Hour), RetainedBefore: now.Add(-7 * 24 * time.Hour), Now: now, Limit: 10}
 			if n, err := ev.PurgeEvents(ctx, q); err != nil || n != 0 {
 				t.Fatalf("purged %d, %v; want the expired event kept while its copy is owed", n, err)
 			}
-			if err := db.Push().Settle(ctx, push.Settlement{SendID: s.ID,
-				Attempt: push.Attempt{Status: publish.StatusExpired, Error: "expired before delivery", At: now}}); err != nil {
+			if err := db.Push().Settle(ctx, delivery.Settlement{SendID: s.ID,
+				Attempt: delivery.Attempt{Status: message.StatusExpired, Error: "expired before delivery", At: now}}); err != nil {
 				t.Fatal(err)
 			}
 			if n := backlog(t, ev); n != 1 {
@@ -432,10 +433,10 @@ func TestOutboxRefusals(t *testing.T) {
 			ev := db.Events()
 			sub := subscriptionFixture(t, db)
 			now := time.Now().UTC().Truncate(time.Microsecond)
-			var events []publish.Event
-			var sends []publish.Send
+			var events []message.Event
+			var sends []message.Send
 			for i := range 4 {
-				e := publish.Event{ID: uuid.Must(uuid.NewV7()), RoomID: sub.RoomID, RequestID: sub.RoomID, CorrelationID: fmt.Sprint("c", i),
+				e := message.Event{ID: uuid.Must(uuid.NewV7()), RoomID: sub.RoomID, RequestID: sub.RoomID, CorrelationID: fmt.Sprint("c", i),
 					EventTypeID: sub.EventTypes[0].EventTypeID, EventType: "t", Version: 1, Payload: []byte(`{"n":1}`),
 					PublishedAt: now, Attributes: map[string]string{"k": "v"}}
 				subID := sub.ID
@@ -443,8 +444,8 @@ func TestOutboxRefusals(t *testing.T) {
 					subID = uuid.Must(uuid.NewV7()) // deleted
 				}
 				events = append(events, e)
-				sends = append(sends, publish.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: e.RoomID, CorrelationID: e.CorrelationID,
-					SubscriptionID: subID, SubscriptionType: "PULL", Destination: "d", Attempt: 1, CreatedAt: now, Status: publish.StatusPending})
+				sends = append(sends, message.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: e.RoomID, CorrelationID: e.CorrelationID,
+					SubscriptionID: subID, SubscriptionType: "PULL", Destination: "d", Attempt: 1, CreatedAt: now, Status: message.StatusPending})
 			}
 			if err := ev.Publish(ctx, events, sends, publish.Lease{}); err != nil {
 				t.Fatal(err)
@@ -461,9 +462,9 @@ func TestOutboxRefusals(t *testing.T) {
 			retryAt := time.Now().Add(300 * time.Millisecond)
 			refusals := []publish.Refusal{
 				{Pending: ps[0], Error: "no such queue", At: now, RetryAt: retryAt},
-				{Pending: ps[1], Error: "no such queue", At: now, Status: publish.StatusExpired, Reason: publish.ReasonExpired},
-				{Pending: ps[2], Error: "refused 10 times", At: now, Status: publish.StatusDeadLettered, Reason: publish.ReasonBrokerRefused},
-				{Pending: ps[3], Error: "refused 10 times", At: now, Status: publish.StatusDeadLettered, Reason: publish.ReasonBrokerRefused},
+				{Pending: ps[1], Error: "no such queue", At: now, Status: message.StatusExpired, Reason: delivery.ReasonExpired},
+				{Pending: ps[2], Error: "refused 10 times", At: now, Status: message.StatusDeadLettered, Reason: delivery.ReasonBrokerRefused},
+				{Pending: ps[3], Error: "refused 10 times", At: now, Status: message.StatusDeadLettered, Reason: delivery.ReasonBrokerRefused},
 			}
 			// In any order: the store locks in id order.
 			if err := ev.Refuse(ctx, []publish.Refusal{refusals[3], refusals[1], refusals[0], refusals[2]}); err != nil {
@@ -475,13 +476,13 @@ func TestOutboxRefusals(t *testing.T) {
 			if ids := claimIDs(t, ev, "relay-b", time.Minute); len(ids) != 0 {
 				t.Errorf("claimed %v before the retry time", ids)
 			}
-			log := func() map[uuid.UUID]publish.Send {
+			log := func() map[uuid.UUID]message.Send {
 				t.Helper()
 				got, err := ev.Sends(ctx, []uuid.UUID{events[0].ID, events[1].ID, events[2].ID, events[3].ID})
 				if err != nil {
 					t.Fatal(err)
 				}
-				m := map[uuid.UUID]publish.Send{}
+				m := map[uuid.UUID]message.Send{}
 				for _, s := range got {
 					m[s.ID] = s
 				}
@@ -489,10 +490,10 @@ func TestOutboxRefusals(t *testing.T) {
 			}
 			l := log()
 			for i, w := range []struct {
-				status publish.Status
+				status message.Status
 				err    string
-			}{{publish.StatusPending, "no such queue"}, {publish.StatusExpired, "no such queue"},
-				{publish.StatusDeadLettered, "refused 10 times"}, {publish.StatusDropped, "subscription deleted; refused 10 times"}} {
+			}{{message.StatusPending, "no such queue"}, {message.StatusExpired, "no such queue"},
+				{message.StatusDeadLettered, "refused 10 times"}, {message.StatusDropped, "subscription deleted; refused 10 times"}} {
 				s := l[sends[i].ID]
 				if s.Status != w.status || s.Error != w.err {
 					t.Errorf("copy %d logged %q %q, want %q %q", i, s.Status, s.Error, w.status, w.err)
@@ -515,7 +516,7 @@ func TestOutboxRefusals(t *testing.T) {
 					t.Errorf("dead letter %+v: want attempts 1, the error, the payload and attributes", dl)
 				}
 			}
-			if reasons[events[1].ID] != publish.ReasonExpired || reasons[events[2].ID] != publish.ReasonBrokerRefused {
+			if reasons[events[1].ID] != delivery.ReasonExpired || reasons[events[2].ID] != delivery.ReasonBrokerRefused {
 				t.Errorf("dead-letter reasons %v, want expired for event 1 and broker_refused for event 2", reasons)
 			}
 
@@ -536,7 +537,7 @@ func TestOutboxRefusals(t *testing.T) {
 			if err := ev.MarkSent(ctx, []uuid.UUID{ps[0].ID}, time.Now()); err != nil {
 				t.Fatal(err)
 			}
-			if s := log()[sends[0].ID]; s.Status != publish.StatusSent || s.Error != "" {
+			if s := log()[sends[0].ID]; s.Status != message.StatusSent || s.Error != "" {
 				t.Errorf("sent copy logged %q %q, want sent with no error", s.Status, s.Error)
 			}
 		})
@@ -557,19 +558,19 @@ func TestDeleteSubscriptionDropsOwedCopies(t *testing.T) {
 			ev := db.Events()
 			sub := subscriptionFixture(t, db)
 			now := time.Now().UTC().Truncate(time.Microsecond)
-			e := publish.Event{ID: uuid.Must(uuid.NewV7()), RoomID: sub.RoomID, RequestID: sub.RoomID, CorrelationID: "c",
+			e := message.Event{ID: uuid.Must(uuid.NewV7()), RoomID: sub.RoomID, RequestID: sub.RoomID, CorrelationID: "c",
 				EventTypeID: sub.EventTypes[0].EventTypeID, EventType: "t", Version: 1, Payload: []byte(`1`), PublishedAt: now, Attributes: map[string]string{}}
-			send := func(subID uuid.UUID, status publish.Status) publish.Send {
-				s := publish.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: e.RoomID, CorrelationID: "c", SubscriptionID: subID,
+			send := func(subID uuid.UUID, status message.Status) message.Send {
+				s := message.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: e.RoomID, CorrelationID: "c", SubscriptionID: subID,
 					SubscriptionType: "PULL", Destination: "d", Attempt: 1, CreatedAt: now, Status: status}
-				if status == publish.StatusSent {
+				if status == message.StatusSent {
 					s.SentAt = now
 				}
 				return s
 			}
 			other := uuid.Must(uuid.NewV7())
-			sends := []publish.Send{send(sub.ID, publish.StatusPending), send(sub.ID, publish.StatusPending), send(sub.ID, publish.StatusSent), send(other, publish.StatusPending)}
-			if err := ev.Publish(ctx, []publish.Event{e}, sends, publish.Lease{}); err != nil {
+			sends := []message.Send{send(sub.ID, message.StatusPending), send(sub.ID, message.StatusPending), send(sub.ID, message.StatusSent), send(other, message.StatusPending)}
+			if err := ev.Publish(ctx, []message.Event{e}, sends, publish.Lease{}); err != nil {
 				t.Fatal(err)
 			}
 			if n := backlog(t, ev); n != 3 {
@@ -585,8 +586,8 @@ func TestDeleteSubscriptionDropsOwedCopies(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := map[uuid.UUID]publish.Status{sends[0].ID: publish.StatusDropped, sends[1].ID: publish.StatusDropped,
-				sends[2].ID: publish.StatusSent, sends[3].ID: publish.StatusPending}
+			want := map[uuid.UUID]message.Status{sends[0].ID: message.StatusDropped, sends[1].ID: message.StatusDropped,
+				sends[2].ID: message.StatusSent, sends[3].ID: message.StatusPending}
 			for _, s := range log {
 				if s.Status != want[s.ID] {
 					t.Errorf("copy %s logged %q, want %q", s.ID, s.Status, want[s.ID])
@@ -604,7 +605,7 @@ func TestDeleteSubscriptionDropsOwedCopies(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, s := range log {
-				if s.ID == sends[3].ID && (s.Status != publish.StatusDropped || s.Error != "room deleted before the broker took the copy") {
+				if s.ID == sends[3].ID && (s.Status != message.StatusDropped || s.Error != "room deleted before the broker took the copy") {
 					t.Errorf("the room's last owed copy logged %q %q, want dropped", s.Status, s.Error)
 				}
 			}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
@@ -26,27 +27,27 @@ func TestPublishRoundTrip(t *testing.T) {
 			ev := storetest.Open(t, d).Events()
 			now := time.Now().UTC().Truncate(time.Microsecond)
 			room := uuid.Must(uuid.NewV7())
-			mk := func(key string, expires time.Time) (publish.Event, []publish.Send) {
-				e := publish.Event{ID: uuid.Must(uuid.NewV7()), RoomID: room, RequestID: uuid.Must(uuid.NewV7()),
+			mk := func(key string, expires time.Time) (message.Event, []message.Send) {
+				e := message.Event{ID: uuid.Must(uuid.NewV7()), RoomID: room, RequestID: uuid.Must(uuid.NewV7()),
 					CorrelationID: "corr", EventTypeID: uuid.Must(uuid.NewV7()), EventType: "order.created", Version: 3,
 					Payload: []byte(`{"a":[1,2]}`), Attributes: map[string]string{"k": "v"}, IdempotencyKey: key,
 					RequestHash: "h", Destinations: 2, PublishedAt: now, ExpiresAt: expires,
-					Trace: publish.Trace{Parent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", State: "a=1"}}
-				pending := publish.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "corr",
+					Trace: message.Trace{Parent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", State: "a=1"}}
+				pending := message.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "corr",
 					SubscriptionID: uuid.Must(uuid.NewV7()), SubscriptionType: "PUSH", Destination: "q::push", Attempt: 1,
-					ScheduledDelay: 1500 * time.Millisecond, CreatedAt: now, Status: publish.StatusPending}
-				done := publish.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "corr",
+					ScheduledDelay: 1500 * time.Millisecond, CreatedAt: now, Status: message.StatusPending}
+				done := message.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "corr",
 					SubscriptionID: uuid.Must(uuid.NewV7()), SubscriptionType: "PULL", Destination: "q::pull", Attempt: 2,
-					CreatedAt: now, SentAt: now.Add(time.Millisecond), Status: publish.StatusFailed, StatusCode: 503,
+					CreatedAt: now, SentAt: now.Add(time.Millisecond), Status: message.StatusFailed, StatusCode: 503,
 					Error: "boom", CompletedAt: now.Add(2 * time.Millisecond)}
-				return e, []publish.Send{pending, done}
+				return e, []message.Send{pending, done}
 			}
 			e1, s1 := mk("key-1", now.Add(time.Hour))
 			e2, s2 := mk("", time.Time{})
-			if err := ev.Publish(ctx, []publish.Event{e1, e2}, append(s1, s2...), publish.Lease{}); err != nil {
+			if err := ev.Publish(ctx, []message.Event{e1, e2}, append(s1, s2...), publish.Lease{}); err != nil {
 				t.Fatal(err)
 			}
-			for _, want := range []publish.Event{e1, e2} {
+			for _, want := range []message.Event{e1, e2} {
 				got, err := ev.Event(ctx, room, want.ID)
 				if err != nil {
 					t.Fatal(err)
@@ -69,7 +70,7 @@ func TestPublishRoundTrip(t *testing.T) {
 			// The same key again, in a batch with a fresh event: nothing of it stays.
 			e3, s3 := mk("key-1", time.Time{})
 			e4, s4 := mk("key-4", time.Time{})
-			err = ev.Publish(ctx, []publish.Event{e4, e3}, append(s4, s3...), publish.Lease{})
+			err = ev.Publish(ctx, []message.Event{e4, e3}, append(s4, s3...), publish.Lease{})
 			if !errors.Is(err, publish.ErrDuplicateKey) {
 				t.Fatalf("taken key: %v, want ErrDuplicateKey", err)
 			}
@@ -81,8 +82,8 @@ func TestPublishRoundTrip(t *testing.T) {
 			}
 
 			// A batch too large for one statement takes the transaction.
-			var events []publish.Event
-			var sends []publish.Send
+			var events []message.Event
+			var sends []message.Send
 			for range 1200 {
 				e, ss := mk("", time.Time{})
 				events, sends = append(events, e), append(sends, ss...)
@@ -111,13 +112,13 @@ func TestPublishAll(t *testing.T) {
 			now := time.Now().UTC().Truncate(time.Microsecond)
 			room := uuid.Must(uuid.NewV7())
 			mk := func(key string, lease publish.Lease) publish.Batch {
-				e := publish.Event{ID: uuid.Must(uuid.NewV7()), RoomID: room, RequestID: uuid.Must(uuid.NewV7()),
+				e := message.Event{ID: uuid.Must(uuid.NewV7()), RoomID: room, RequestID: uuid.Must(uuid.NewV7()),
 					CorrelationID: "corr", EventTypeID: uuid.Must(uuid.NewV7()), EventType: "order.created", Version: 1,
 					Payload: []byte(`{}`), Attributes: map[string]string{}, IdempotencyKey: key, Destinations: 1, PublishedAt: now}
-				s := publish.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "corr",
+				s := message.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "corr",
 					SubscriptionID: uuid.Must(uuid.NewV7()), SubscriptionType: "PULL", Destination: "q::pull", Attempt: 1,
-					CreatedAt: now, Status: publish.StatusPending}
-				return publish.Batch{Events: []publish.Event{e}, Sends: []publish.Send{s}, Lease: lease}
+					CreatedAt: now, Status: message.StatusPending}
+				return publish.Batch{Events: []message.Event{e}, Sends: []message.Send{s}, Lease: lease}
 			}
 			leased := mk("k1", publish.Lease{Owner: "relay-a", Until: now.Add(time.Hour)})
 			free := mk("", publish.Lease{})

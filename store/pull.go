@@ -10,7 +10,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
-	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/pull"
 )
 
@@ -62,7 +62,7 @@ func (r leaseRow) domain() pull.Lease {
 	l := pull.Lease{
 		AckID: r.AckID, SubscriptionID: r.SubscriptionID, RoomID: r.RoomID, Attempt: r.Attempt,
 		Deadline: r.Deadline.UTC(), LeasedAt: r.LeasedAt.UTC(),
-		Event: publish.Event{
+		Event: message.Event{
 			ID: r.EventID, RoomID: r.RoomID, CorrelationID: r.CorrelationID, EventType: r.EventType,
 			Version: r.Version, Payload: json.RawMessage(r.Payload), PublishedAt: r.PublishedAt.UTC(),
 			ExpiresAt: timeVal(r.ExpiresAt),

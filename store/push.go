@@ -11,7 +11,9 @@ import (
 	"github.com/google/uuid"
 	"gorm.io/gorm"
 
-	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/delivery"
+	"github.com/roomhub/messaging-api/message"
+	"github.com/roomhub/messaging-api/pull"
 	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/subscriptions"
@@ -23,6 +25,7 @@ type Push struct{ db *DB }
 var (
 	_ push.Log             = (*Push)(nil)
 	_ push.Directory       = (*Push)(nil)
+	_ pull.Directory       = (*Push)(nil)
 	_ push.DeadLetterStore = (*Push)(nil)
 )
 
@@ -52,7 +55,7 @@ type deadLetterRow struct {
 
 func (deadLetterRow) TableName() string { return "dead_letters" }
 
-func toDeadLetterRow(d push.DeadLetter) deadLetterRow {
+func toDeadLetterRow(d delivery.DeadLetter) deadLetterRow {
 	attrs, _ := json.Marshal(d.Event.Attributes)
 	r := deadLetterRow{
 		ID: d.ID, RoomID: d.RoomID, SubscriptionID: d.SubscriptionID, EventID: d.Event.ID,
@@ -69,14 +72,14 @@ func toDeadLetterRow(d push.DeadLetter) deadLetterRow {
 	return r
 }
 
-func (r deadLetterRow) domain() push.DeadLetter {
-	d := push.DeadLetter{
+func (r deadLetterRow) domain() delivery.DeadLetter {
+	d := delivery.DeadLetter{
 		ID: r.ID, RoomID: r.RoomID, SubscriptionID: r.SubscriptionID, Attempts: r.Attempts,
 		Reason: r.Reason, LastError: r.LastError, CreatedAt: r.CreatedAt.UTC(),
-		Event: publish.Event{
+		Event: message.Event{
 			ID: r.EventID, RoomID: r.RoomID, CorrelationID: r.CorrelationID, EventTypeID: r.EventTypeID,
 			EventType: r.EventType, Version: r.Version, Payload: json.RawMessage(r.Payload),
-			PublishedAt: r.PublishedAt.UTC(), Trace: publish.Trace{Parent: r.Traceparent, State: r.Tracestate},
+			PublishedAt: r.PublishedAt.UTC(), Trace: message.Trace{Parent: r.Traceparent, State: r.Tracestate},
 		},
 	}
 	_ = json.Unmarshal([]byte(r.Attributes), &d.Event.Attributes)
@@ -88,7 +91,7 @@ func (r deadLetterRow) domain() push.DeadLetter {
 
 func (s *Push) tx(ctx context.Context) *gorm.DB { return s.db.gorm.WithContext(ctx) }
 
-// PushTarget implements push.Directory.
+// PushTarget implements push.Directory and pull.Directory.
 func (s *Push) PushTarget(ctx context.Context, roomID, subscriptionID uuid.UUID) (rooms.Room, subscriptions.Subscription, error) {
 	sub, err := s.db.Subscriptions().Subscription(ctx, roomID, subscriptionID)
 	if err != nil {
@@ -99,9 +102,9 @@ func (s *Push) PushTarget(ctx context.Context, roomID, subscriptionID uuid.UUID)
 }
 
 // Settle implements push.Log.
-func (s *Push) Settle(ctx context.Context, st push.Settlement) error {
+func (s *Push) Settle(ctx context.Context, st delivery.Settlement) error {
 	if s.db.dialect == Postgres { // a plain outcome in one statement, as in a group
-		return s.SettleAll(ctx, []push.Settlement{st})
+		return s.SettleAll(ctx, []delivery.Settlement{st})
 	}
 	if st.DeadLetter == nil && st.Resend == nil { // one UPDATE: no transaction needed
 		return translate(settleSend(s.tx(ctx), st.SendID, st.Attempt, nil, nil, "", time.Time{}), nil, nil)
@@ -116,9 +119,9 @@ func (s *Push) Settle(ctx context.Context, st push.Settlement) error {
 
 // SettleAll implements push.BatchLog: every outcome in one transaction,
 // applied in send id order (see bySendID).
-func (s *Push) SettleAll(ctx context.Context, ss []push.Settlement) error {
+func (s *Push) SettleAll(ctx context.Context, ss []delivery.Settlement) error {
 	ss = slices.Clone(ss)
-	slices.SortStableFunc(ss, func(a, b push.Settlement) int { return bySendID(a.SendID, b.SendID) })
+	slices.SortStableFunc(ss, func(a, b delivery.Settlement) int { return bySendID(a.SendID, b.SendID) })
 	if s.db.dialect == Postgres && allPlain(ss) {
 		sql, args := settleStatement(ss)
 		err := retryConflicts(ctx, func() error { return s.tx(ctx).Exec(sql, args...).Error })
@@ -140,7 +143,7 @@ func (s *Push) SettleAll(ctx context.Context, ss []push.Settlement) error {
 // allPlain reports whether every settlement records an attempt on its log
 // row and at most a resend (no dead letter): a delivery, a retry or a
 // deferral, nearly every outcome.
-func allPlain(ss []push.Settlement) bool {
+func allPlain(ss []delivery.Settlement) bool {
 	for _, st := range ss {
 		if st.DeadLetter != nil || st.SendID == uuid.Nil {
 			return false
@@ -156,12 +159,12 @@ func allPlain(ss []push.Settlement) bool {
 // 28 % of a dispatcher's CPU at 1900 deliveries/s (perf). The rows are locked in id order, as every writer of
 // several log rows locks them (see Events.recordAndRemove). Of two outcomes
 // for the same send the later one counts, as in the transaction.
-func settleStatement(ss []push.Settlement) (string, []any) {
+func settleStatement(ss []delivery.Settlement) (string, []any) {
 	var b strings.Builder
 	args := make([]any, 0, len(ss)*8)
 	b.WriteString(`WITH v (id, status, error, response_body, completed_at, next_attempt_at, status_code, latency_ms) AS (VALUES `)
 	n := 0
-	var resends []push.Settlement
+	var resends []delivery.Settlement
 	for i, st := range ss {
 		if st.Resend != nil {
 			resends = append(resends, st)
@@ -217,7 +220,7 @@ func bySendID(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) }
 var _ push.BatchLog = (*Push)(nil)
 
 // attemptUpdates is what recording attempt a sets on its log row.
-func attemptUpdates(a push.Attempt) map[string]any {
+func attemptUpdates(a delivery.Attempt) map[string]any {
 	upd := map[string]any{
 		"status": string(a.Status), "error": a.Error, "response_body": a.Body,
 		"completed_at": a.At.UTC(), "next_attempt_at": timePtr(a.NextAttemptAt),
@@ -234,7 +237,7 @@ func attemptUpdates(a push.Attempt) map[string]any {
 // settleSend records the outcome of the copy logged as sendID (when known),
 // stores a dead letter and the next copy (claimed by owner until until, or
 // left to the relay when owner is ""), within tx.
-func settleSend(tx *gorm.DB, sendID uuid.UUID, a push.Attempt, dl *push.DeadLetter, resend *publish.Send, owner string, until time.Time) error {
+func settleSend(tx *gorm.DB, sendID uuid.UUID, a delivery.Attempt, dl *delivery.DeadLetter, resend *message.Send, owner string, until time.Time) error {
 	if sendID != uuid.Nil {
 		if err := tx.Model(&sendRow{}).Where("id = ?", sendID).Updates(attemptUpdates(a)).Error; err != nil {
 			return err
@@ -247,7 +250,7 @@ func settleSend(tx *gorm.DB, sendID uuid.UUID, a push.Attempt, dl *push.DeadLett
 		}
 	}
 	if resend != nil {
-		return insertSends(tx, []publish.Send{*resend}, owner, until)
+		return insertSends(tx, []message.Send{*resend}, owner, until)
 	}
 	return nil
 }
@@ -264,7 +267,7 @@ func (s *Push) Release(ctx context.Context, ids []uuid.UUID) error {
 
 // ReleaseParked implements push.Log: the subscription's parked copies
 // become claimable at once, and each one's scheduled delay becomes what it
-// has waited, so that the relay sends it with no delay left (publish.Message
+// has waited, so that the relay sends it with no delay left (message.Encode
 // counts the delay from the copy's creation) and the log shows when it was
 // due. A copy a relay has claimed since is no longer held by
 // push.ParkedOwner and is left alone (the UPDATE rechecks the holder under
@@ -304,7 +307,7 @@ func (s *Push) ReleaseParked(ctx context.Context, subscription uuid.UUID, at tim
 }
 
 // DeadLetters implements push.DeadLetterStore.
-func (s *Push) DeadLetters(ctx context.Context, subscriptionID uuid.UUID, limit int, after uuid.UUID) ([]push.DeadLetter, error) {
+func (s *Push) DeadLetters(ctx context.Context, subscriptionID uuid.UUID, limit int, after uuid.UUID) ([]delivery.DeadLetter, error) {
 	tx := s.tx(ctx).Where("subscription_id = ?", subscriptionID).Order("id")
 	if after != uuid.Nil {
 		tx = tx.Where("id > ?", after)
@@ -316,7 +319,7 @@ func (s *Push) DeadLetters(ctx context.Context, subscriptionID uuid.UUID, limit 
 	if err := tx.Find(&rows).Error; err != nil {
 		return nil, translate(err, nil, nil)
 	}
-	out := make([]push.DeadLetter, len(rows))
+	out := make([]delivery.DeadLetter, len(rows))
 	for i, r := range rows {
 		out[i] = r.domain()
 	}
@@ -324,7 +327,7 @@ func (s *Push) DeadLetters(ctx context.Context, subscriptionID uuid.UUID, limit 
 }
 
 // DeadLetter implements push.DeadLetterStore.
-func (s *Push) DeadLetter(ctx context.Context, subscriptionID, id uuid.UUID) (push.DeadLetter, error) {
+func (s *Push) DeadLetter(ctx context.Context, subscriptionID, id uuid.UUID) (delivery.DeadLetter, error) {
 	var r deadLetterRow
 	err := s.tx(ctx).Where("subscription_id = ? AND id = ?", subscriptionID, id).Take(&r).Error
 	return r.domain(), translate(err, push.ErrDeadLetterNotFound, nil)
@@ -341,7 +344,7 @@ func (s *Push) DeleteDeadLetter(ctx context.Context, subscriptionID, id uuid.UUI
 
 // Replay implements push.DeadLetterStore: the dead letters go and their new
 // events and sends come, all or nothing.
-func (s *Push) Replay(ctx context.Context, ids []uuid.UUID, events []publish.Event, sends []publish.Send) error {
+func (s *Push) Replay(ctx context.Context, ids []uuid.UUID, events []message.Event, sends []message.Send) error {
 	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
 		res := tx.Where("id IN ?", ids).Delete(&deadLetterRow{})
 		if res.Error != nil {

@@ -9,7 +9,8 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/delivery"
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
@@ -30,16 +31,16 @@ func TestSettleAllRoundTrip(t *testing.T) {
 			next := at.Add(3 * time.Second)
 			resend := sends[3]
 			resend.ID, resend.Attempt, resend.ScheduledDelay, resend.CreatedAt = uuid.Must(uuid.NewV7()), 2, 3*time.Second, at
-			if err := db.Push().Settle(ctx, push.Settlement{SendID: sends[1].ID,
-				Attempt: push.Attempt{Status: publish.StatusFailed, StatusCode: 503, Latency: 40 * time.Millisecond, At: at}}); err != nil {
+			if err := db.Push().Settle(ctx, delivery.Settlement{SendID: sends[1].ID,
+				Attempt: delivery.Attempt{Status: message.StatusFailed, StatusCode: 503, Latency: 40 * time.Millisecond, At: at}}); err != nil {
 				t.Fatal(err)
 			}
-			err := db.Push().SettleAll(ctx, []push.Settlement{
-				{SendID: sends[2].ID, Attempt: push.Attempt{Status: publish.StatusFailed, StatusCode: 500, Error: "first", At: at}},
-				{SendID: sends[0].ID, Attempt: push.Attempt{Status: publish.StatusDelivered, StatusCode: 200, Latency: 12 * time.Millisecond, Body: "ok", At: at}},
-				{SendID: sends[1].ID, Attempt: push.Attempt{Status: publish.StatusFailed, Error: "timeout", At: at, NextAttemptAt: next}},
-				{SendID: sends[2].ID, Attempt: push.Attempt{Status: publish.StatusDelivered, StatusCode: 204, At: at}},
-				{SendID: sends[3].ID, Attempt: push.Attempt{Status: publish.StatusFailed, StatusCode: 502, At: at, NextAttemptAt: next},
+			err := db.Push().SettleAll(ctx, []delivery.Settlement{
+				{SendID: sends[2].ID, Attempt: delivery.Attempt{Status: message.StatusFailed, StatusCode: 500, Error: "first", At: at}},
+				{SendID: sends[0].ID, Attempt: delivery.Attempt{Status: message.StatusDelivered, StatusCode: 200, Latency: 12 * time.Millisecond, Body: "ok", At: at}},
+				{SendID: sends[1].ID, Attempt: delivery.Attempt{Status: message.StatusFailed, Error: "timeout", At: at, NextAttemptAt: next}},
+				{SendID: sends[2].ID, Attempt: delivery.Attempt{Status: message.StatusDelivered, StatusCode: 204, At: at}},
+				{SendID: sends[3].ID, Attempt: delivery.Attempt{Status: message.StatusFailed, StatusCode: 502, At: at, NextAttemptAt: next},
 					Resend: &resend, Owner: "dispatcher-a", Until: time.Now().Add(time.Minute)},
 			})
 			if err != nil {
@@ -54,7 +55,7 @@ func TestSettleAllRoundTrip(t *testing.T) {
 				got[dl.ID] = dl
 			}
 			type row struct {
-				status  publish.Status
+				status  message.Status
 				code    int
 				latency time.Duration
 				body    string
@@ -63,10 +64,10 @@ func TestSettleAllRoundTrip(t *testing.T) {
 				next    time.Time
 			}
 			want := []row{
-				{publish.StatusDelivered, 200, 12 * time.Millisecond, "ok", "", at, time.Time{}},
-				{publish.StatusFailed, 503, 40 * time.Millisecond, "", "timeout", at, next}, // code and latency kept
-				{publish.StatusDelivered, 204, 0, "", "", at, time.Time{}},                  // the later outcome
-				{publish.StatusFailed, 502, 0, "", "", at, next},                            // with a resend
+				{message.StatusDelivered, 200, 12 * time.Millisecond, "ok", "", at, time.Time{}},
+				{message.StatusFailed, 503, 40 * time.Millisecond, "", "timeout", at, next}, // code and latency kept
+				{message.StatusDelivered, 204, 0, "", "", at, time.Time{}},                  // the later outcome
+				{message.StatusFailed, 502, 0, "", "", at, next},                            // with a resend
 			}
 			for i, w := range want {
 				g := got[sends[i].ID]
@@ -79,7 +80,7 @@ func TestSettleAllRoundTrip(t *testing.T) {
 			// The resend is logged, pending, in the outbox leased to the
 			// dispatcher: no relay claims it, nor the settled sends.
 			r, ok := got[resend.ID]
-			if !ok || r.Status != publish.StatusPending || r.Attempt != 2 || r.ScheduledDelay != 3*time.Second || !r.CreatedAt.Equal(at) {
+			if !ok || r.Status != message.StatusPending || r.Attempt != 2 || r.ScheduledDelay != 3*time.Second || !r.CreatedAt.Equal(at) {
 				t.Errorf("resend logged as %+v (found %v); want pending attempt 2 after 3s", r, ok)
 			}
 			if n := backlog(t, db.Events()); n != 5 {
@@ -111,13 +112,13 @@ func TestDeferredCopyWaitsOutItsLease(t *testing.T) {
 			}
 			now := time.Now().UTC().Truncate(time.Millisecond)
 			const delay = 700 * time.Millisecond
-			deferral := func(i, held int) push.Settlement {
+			deferral := func(i, held int) delivery.Settlement {
 				c := sends[i]
 				c.ID, c.Held, c.ScheduledDelay, c.CreatedAt = uuid.Must(uuid.NewV7()), held, delay, now
-				return push.Settlement{SendID: sends[i].ID, Resend: &c, Owner: "dispatcher-a", Until: now.Add(delay),
-					Attempt: push.Attempt{Status: push.StatusDeferred, Error: "deferred", At: now, NextAttemptAt: now.Add(delay)}}
+				return delivery.Settlement{SendID: sends[i].ID, Resend: &c, Owner: "dispatcher-a", Until: now.Add(delay),
+					Attempt: delivery.Attempt{Status: delivery.StatusDeferred, Error: "deferred", At: now, NextAttemptAt: now.Add(delay)}}
 			}
-			alone, grouped := deferral(0, 1), []push.Settlement{deferral(1, 2), deferral(2, 3)}
+			alone, grouped := deferral(0, 1), []delivery.Settlement{deferral(1, 2), deferral(2, 3)}
 			if err := db.Push().Settle(ctx, alone); err != nil {
 				t.Fatal(err)
 			}
@@ -137,10 +138,10 @@ func TestDeferredCopyWaitsOutItsLease(t *testing.T) {
 				t.Fatalf("claimed %d copies after the deferral, want %d", len(ps), len(want))
 			}
 			for _, p := range ps {
-				msg := publish.Message(p, time.Now())
-				if held, ok := want[p.ID]; !ok || p.Held != held || msg.Headers[publish.HeaderHeld] != strconv.Itoa(held) || msg.Delay != 0 {
+				msg := message.Encode(p.Send, p.Event, time.Now())
+				if held, ok := want[p.ID]; !ok || p.Held != held || msg.Headers[message.HeaderHeld] != strconv.Itoa(held) || msg.Delay != 0 {
 					t.Errorf("copy %s: held %d, x-held %q, delay %s; want held %d (found %v) and no delay",
-						p.ID, p.Held, msg.Headers[publish.HeaderHeld], msg.Delay, held, ok)
+						p.ID, p.Held, msg.Headers[message.HeaderHeld], msg.Delay, held, ok)
 				}
 			}
 		})
@@ -178,14 +179,14 @@ func TestParkedCopiesRelease(t *testing.T) {
 			}
 			now := time.Now().UTC()
 			subA, subB := uuid.New(), uuid.New()
-			park := func(i int, sub uuid.UUID) push.Settlement {
+			park := func(i int, sub uuid.UUID) delivery.Settlement {
 				c := sends[i]
 				c.ID, c.Held, c.ScheduledDelay, c.CreatedAt = uuid.Must(uuid.NewV7()), 1, time.Hour, now
-				return push.Settlement{SendID: sends[i].ID, Resend: &c, Owner: push.ParkedOwner(sub), Until: now.Add(time.Hour),
-					Attempt: push.Attempt{Status: push.StatusDeferred, Error: "deferred", At: now, NextAttemptAt: now.Add(time.Hour)}}
+				return delivery.Settlement{SendID: sends[i].ID, Resend: &c, Owner: push.ParkedOwner(sub), Until: now.Add(time.Hour),
+					Attempt: delivery.Attempt{Status: delivery.StatusDeferred, Error: "deferred", At: now, NextAttemptAt: now.Add(time.Hour)}}
 			}
 			a0, a1, b := park(0, subA), park(1, subA), park(2, subB)
-			if err := db.Push().SettleAll(ctx, []push.Settlement{a0, a1, b}); err != nil {
+			if err := db.Push().SettleAll(ctx, []delivery.Settlement{a0, a1, b}); err != nil {
 				t.Fatal(err)
 			}
 			if owed, parked := counts(); owed != 3 || parked != 3 {
@@ -209,9 +210,9 @@ func TestParkedCopiesRelease(t *testing.T) {
 			for i, p := range ps {
 				got[i] = p.ID
 				// Sent at once, its delay what it waited: not the hour planned.
-				if waited := releasedAt.Sub(now); p.ScheduledDelay > waited+time.Millisecond || publish.Message(p, time.Now()).Delay != 0 {
+				if waited := releasedAt.Sub(now); p.ScheduledDelay > waited+time.Millisecond || message.Encode(p.Send, p.Event, time.Now()).Delay != 0 {
 					t.Errorf("released copy %s: scheduled delay %s (waited %s), sent with delay %s; want no delay left",
-						p.ID, p.ScheduledDelay, waited, publish.Message(p, time.Now()).Delay)
+						p.ID, p.ScheduledDelay, waited, message.Encode(p.Send, p.Event, time.Now()).Delay)
 				}
 			}
 			if !slices.Equal(got, want) {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
@@ -26,17 +27,17 @@ func TestOutboxBacklogAndTrace(t *testing.T) {
 			}
 			room := uuid.Must(uuid.NewV7())
 			base := time.Now().UTC().Truncate(time.Microsecond)
-			trace := publish.Trace{Parent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", State: "a=1"}
-			e := publish.Event{ID: uuid.Must(uuid.NewV7()), RoomID: room, RequestID: room, CorrelationID: "c",
+			trace := message.Trace{Parent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", State: "a=1"}
+			e := message.Event{ID: uuid.Must(uuid.NewV7()), RoomID: room, RequestID: room, CorrelationID: "c",
 				EventTypeID: room, EventType: "t", Version: 1, Payload: []byte(`1`), PublishedAt: base,
 				Attributes: map[string]string{}, Trace: trace}
-			var sends []publish.Send
+			var sends []message.Send
 			for i := range 3 {
-				sends = append(sends, publish.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "c",
+				sends = append(sends, message.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "c",
 					SubscriptionID: room, SubscriptionType: "PULL", Destination: "d", Attempt: 1,
-					CreatedAt: base.Add(time.Duration(i-3) * time.Minute), Status: publish.StatusPending})
+					CreatedAt: base.Add(time.Duration(i-3) * time.Minute), Status: message.StatusPending})
 			}
-			if err := ev.Publish(ctx, []publish.Event{e}, sends, publish.Lease{}); err != nil {
+			if err := ev.Publish(ctx, []message.Event{e}, sends, publish.Lease{}); err != nil {
 				t.Fatal(err)
 			}
 			if err := ev.MarkSent(ctx, []uuid.UUID{sends[0].ID}, base); err != nil {

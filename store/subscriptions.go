@@ -9,7 +9,7 @@ import (
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
 
-	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/subscriptions"
 )
 
@@ -290,7 +290,7 @@ func dropOwedCopies(tx *gorm.DB, dialect Dialect, id uuid.UUID, byRoom bool) err
 		owed += " ORDER BY p.id FOR NO KEY UPDATE OF p" // in id order, as every writer of the log (see recordAndRemove)
 	}
 	var ids []uuid.UUID
-	if err := tx.Raw(owed, id, string(publish.StatusPending)).Scan(&ids).Error; err != nil || len(ids) == 0 {
+	if err := tx.Raw(owed, id, string(message.StatusPending)).Scan(&ids).Error; err != nil || len(ids) == 0 {
 		return err
 	}
 	errText := "subscription deleted before the broker took the copy"
@@ -299,7 +299,7 @@ func dropOwedCopies(tx *gorm.DB, dialect Dialect, id uuid.UUID, byRoom bool) err
 	}
 	for chunk := range slices.Chunk(ids, 1000) {
 		if err := tx.Model(&sendRow{}).Where("id IN ?", chunk).Updates(map[string]any{
-			"status": string(publish.StatusDropped), "error": errText,
+			"status": string(message.StatusDropped), "error": errText,
 			"completed_at": time.Now().UTC()}).Error; err != nil {
 			return err
 		}

@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
 
@@ -361,7 +361,7 @@ func testTracePropagation(t *testing.T, env map[string]string) {
 		reqs := hook.withID(id)
 		spans := map[string]bool{}
 		for i, r := range reqs {
-			got, ok := publish.ParseTraceparent(r.Header.Get("traceparent"))
+			got, ok := message.ParseTraceparent(r.Header.Get("traceparent"))
 			if !ok || got[3:35] != traceID || got[53:] != "01" {
 				t.Errorf("attempt %d: traceparent %q, want trace %s sampled", i+1, r.Header.Get("traceparent"), traceID)
 				continue
@@ -400,7 +400,7 @@ func testTracePropagation(t *testing.T, env map[string]string) {
 
 	t.Run("malformed starts a new trace", func(t *testing.T) {
 		id, tp := publishWith(map[string]string{"traceparent": "00-" + strings.ToUpper(traceID) + "-00f067aa0ba902b7-01", "tracestate": state})
-		got, ok := publish.ParseTraceparent(tp)
+		got, ok := message.ParseTraceparent(tp)
 		if !ok || got[3:35] == traceID {
 			t.Fatalf("publish answered traceparent %q, want a new valid trace", tp)
 		}

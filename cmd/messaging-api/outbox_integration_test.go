@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
@@ -192,7 +193,7 @@ func drain(t *testing.T, brokerURL string, dest broker.Destination, want map[str
 			if !ok {
 				t.Fatal("subscription closed")
 			}
-			id := d.Headers[publish.HeaderEventID]
+			id := d.Headers[message.HeaderEventID]
 			if got[id] == 0 && want[id] {
 				missing--
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/pull"
 	"github.com/roomhub/messaging-api/store"
@@ -189,7 +190,7 @@ func (s patSub) lease(t *testing.T, eventID string, attempt int, deadline time.T
 	now := paNow()
 	l := pull.Lease{
 		AckID: uuid.Must(uuid.NewV7()), SubscriptionID: s.id, RoomID: s.room, SendID: sendID,
-		Event: publish.Event{
+		Event: message.Event{
 			ID: uuid.MustParse(ev.EventID), RoomID: s.room, CorrelationID: ev.CorrelationID,
 			EventType: ev.EventType, Version: ev.EventTypeVersion, Payload: ev.Payload,
 			Attributes: ev.Attributes, PublishedAt: ev.PublishedAt,

@@ -16,7 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/roomhub/messaging-api/broker"
-	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
 
@@ -393,7 +393,7 @@ func TestPullLeavesTheRestQueued(t *testing.T) {
 		for len(taken) < enough {
 			select {
 			case d := <-other.C():
-				taken = append(taken, d.Headers[publish.HeaderEventID])
+				taken = append(taken, d.Headers[message.HeaderEventID])
 				if err := d.Ack(ctx); err != nil {
 					t.Fatal(err)
 				}

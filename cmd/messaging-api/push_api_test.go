@@ -13,9 +13,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-
-	"github.com/roomhub/messaging-api/publish"
-	"github.com/roomhub/messaging-api/push"
+	"github.com/roomhub/messaging-api/delivery"
+	"github.com/roomhub/messaging-api/message"
 )
 
 // The tests of this file cover the push management API (secret rotation, dead
@@ -73,18 +72,18 @@ func paNow() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
 // paDeadLetters stores n dead letters of subscription subID as the dispatcher
 // would, and returns them in id (creation) order. They cycle through the
 // three reasons; the expired ones have no status code and no attributes.
-func paDeadLetters(t *testing.T, a *testAPI, roomID, subID string, n int) []push.DeadLetter {
+func paDeadLetters(t *testing.T, a *testAPI, roomID, subID string, n int) []delivery.DeadLetter {
 	t.Helper()
 	r := a.do("GET", "/v1/rooms/orders/event-types/order.created", nil)
 	want(t, r, http.StatusOK)
 	etID := uuid.MustParse(r.JSON(t)["id"].(string))
 	room, sub := uuid.MustParse(roomID), uuid.MustParse(subID)
-	out := make([]push.DeadLetter, n)
+	out := make([]delivery.DeadLetter, n)
 	for i := range n {
 		now := paNow()
-		dl := push.DeadLetter{
+		dl := delivery.DeadLetter{
 			ID: uuid.Must(uuid.NewV7()), RoomID: room, SubscriptionID: sub,
-			Event: publish.Event{
+			Event: message.Event{
 				ID: uuid.Must(uuid.NewV7()), RoomID: room, CorrelationID: fmt.Sprintf("corr-%d", i),
 				EventTypeID: etID, EventType: "order.created", Version: 1 + i%2,
 				Payload:     json.RawMessage(fmt.Sprintf(`{"orderId":"o-%d"}`, i)),
@@ -95,14 +94,14 @@ func paDeadLetters(t *testing.T, a *testAPI, roomID, subID string, n int) []push
 		}
 		switch i % 3 {
 		case 0:
-			dl.Reason, dl.Attempts, dl.LastStatusCode, dl.LastError = push.ReasonExhausted, 3, 503, "HTTP 503"
+			dl.Reason, dl.Attempts, dl.LastStatusCode, dl.LastError = delivery.ReasonExhausted, 3, 503, "HTTP 503"
 		case 1:
-			dl.Reason, dl.Attempts, dl.LastStatusCode, dl.LastError = push.ReasonPermanent, 1, 410, "HTTP 410"
+			dl.Reason, dl.Attempts, dl.LastStatusCode, dl.LastError = delivery.ReasonPermanent, 1, 410, "HTTP 410"
 		case 2:
-			dl.Reason, dl.Attempts, dl.LastError = push.ReasonExpired, 2, "expired before delivery"
+			dl.Reason, dl.Attempts, dl.LastError = delivery.ReasonExpired, 2, "expired before delivery"
 			dl.Event.Attributes = nil
 		}
-		if err := a.db.Push().Settle(context.Background(), push.Settlement{DeadLetter: &dl}); err != nil {
+		if err := a.db.Push().Settle(context.Background(), delivery.Settlement{DeadLetter: &dl}); err != nil {
 			t.Fatal(err)
 		}
 		out[i] = dl
@@ -111,7 +110,7 @@ func paDeadLetters(t *testing.T, a *testAPI, roomID, subID string, n int) []push
 }
 
 // paCheckDeadLetter compares a dead letter of the API with the one stored.
-func paCheckDeadLetter(t *testing.T, got map[string]any, dl push.DeadLetter) {
+func paCheckDeadLetter(t *testing.T, got map[string]any, dl delivery.DeadLetter) {
 	t.Helper()
 	payload, _ := json.Marshal(got["payload"])
 	wantAttrs := dl.Event.Attributes
@@ -164,7 +163,7 @@ func paMessages(t *testing.T, a *testAPI) map[string]map[string]any {
 // paCheckReplayed checks a replay answer lists dls, in order, and that each
 // new event is in the message log: the dead letter's payload, correlation id
 // and attributes, sent to the subscription only, from attempt 1.
-func paCheckReplayed(t *testing.T, a *testAPI, r response, subID string, dls ...push.DeadLetter) {
+func paCheckReplayed(t *testing.T, a *testAPI, r response, subID string, dls ...delivery.DeadLetter) {
 	t.Helper()
 	want(t, r, http.StatusAccepted)
 	replayed := r.JSON(t)["replayed"].([]any)
@@ -457,7 +456,7 @@ func TestPushAPIDeadLetters(t *testing.T) {
 		want(t, a.do("DELETE", pullBase+"/"+dls[4].ID.String(), nil), http.StatusNotFound)
 
 		// Without a body (and with an empty list), the oldest are replayed.
-		var rest []push.DeadLetter
+		var rest []delivery.DeadLetter
 		r = a.do("GET", base, nil)
 		want(t, r, http.StatusOK)
 		for _, it := range r.JSON(t)["items"].([]any) {
@@ -555,26 +554,26 @@ func TestPushAPIDeliveries(t *testing.T) {
 		ev := uuid.MustParse(eventID)
 		r = a.do("GET", "/v1/rooms/orders", nil)
 		room := uuid.MustParse(r.JSON(t)["id"].(string))
-		resend := func(attempt int, delay time.Duration) publish.Send {
-			return publish.Send{
+		resend := func(attempt int, delay time.Duration) message.Send {
+			return message.Send{
 				ID: uuid.Must(uuid.NewV7()), EventID: ev, RoomID: room, CorrelationID: "checkout-1",
 				SubscriptionID: uuid.MustParse(subID), SubscriptionType: "PUSH", Destination: "messaging.push::messaging.push",
-				Attempt: attempt, ScheduledDelay: delay, CreatedAt: now, Status: publish.StatusPending,
+				Attempt: attempt, ScheduledDelay: delay, CreatedAt: now, Status: message.StatusPending,
 			}
 		}
 		send2 := resend(2, 2*time.Second)
-		err := a.db.Push().Settle(ctx, push.Settlement{
+		err := a.db.Push().Settle(ctx, delivery.Settlement{
 			SendID: send1, Resend: &send2, Owner: "test", Until: now.Add(time.Minute),
-			Attempt: push.Attempt{Status: publish.StatusFailed, StatusCode: 503, Latency: 120 * time.Millisecond,
+			Attempt: delivery.Attempt{Status: message.StatusFailed, StatusCode: 503, Latency: 120 * time.Millisecond,
 				Body: "busy", Error: "HTTP 503", At: now, NextAttemptAt: now.Add(2 * time.Second)},
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 		send3 := resend(2, 10*time.Second)
-		err = a.db.Push().Settle(ctx, push.Settlement{
+		err = a.db.Push().Settle(ctx, delivery.Settlement{
 			SendID: send2.ID, Resend: &send3, Owner: "test", Until: now.Add(time.Minute),
-			Attempt: push.Attempt{Status: push.StatusDeferred, Error: "held: the subscription is PAUSED", At: now, NextAttemptAt: now.Add(10 * time.Second)},
+			Attempt: delivery.Attempt{Status: delivery.StatusDeferred, Error: "held: the subscription is PAUSED", At: now, NextAttemptAt: now.Add(10 * time.Second)},
 		})
 		if err != nil {
 			t.Fatal(err)

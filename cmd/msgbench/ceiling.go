@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/roomhub/messaging-api/broker"
-	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/push"
 )
 
@@ -146,7 +146,7 @@ func postOne(ctx context.Context, client *http.Client, url string, d *broker.Del
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("X-Event-Id", d.Headers[publish.HeaderEventID])
+	req.Header.Set("X-Event-Id", d.Headers[message.HeaderEventID])
 	resp, err := client.Do(req)
 	if err != nil {
 		return err

@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/push"
 )
@@ -33,20 +34,20 @@ var dispatcherPrefetch = push.DefaultConfig(broker.Destination{}).Prefetch
 const headerSeq = "x-bench-seq"
 
 // rawMessage is the message the relay would send for one event: the same
-// headers, content type and payload size (publish.Message builds both).
+// headers, content type and payload size (message.Encode builds both).
 func rawMessage(dest broker.Destination, seq int, now time.Time) broker.Message {
 	p := publish.Pending{
-		Send: publish.Send{
+		Send: message.Send{
 			ID: uuid.Must(uuid.NewV7()), EventID: uuid.Must(uuid.NewV7()), SubscriptionID: uuid.New(),
 			SubscriptionType: "PULL", Destination: dest.FQQN(), Attempt: 1, CreatedAt: now,
-			CorrelationID: uuid.NewString(), Status: publish.StatusPending,
+			CorrelationID: uuid.NewString(), Status: message.StatusPending,
 		},
-		Event: publish.Event{
+		Event: message.Event{
 			ID: uuid.Must(uuid.NewV7()), RoomID: uuid.New(), EventType: eventFast, Version: 1,
 			Payload: appendPayload(nil, seq, 0), Attributes: map[string]string{}, PublishedAt: now,
 		},
 	}
-	msg := publish.Message(p, now)
+	msg := message.Encode(p.Send, p.Event, now)
 	msg.Headers[headerSeq] = strconv.Itoa(seq)
 	return msg
 }

@@ -1,13 +1,10 @@
-package publish
+package message
 
 import (
 	"encoding/binary"
 	"encoding/hex"
-	"math/rand/v2"
 	"regexp"
 	"strings"
-
-	"github.com/labstack/echo/v4"
 )
 
 // W3C Trace Context (https://www.w3.org/TR/trace-context/) headers, used on
@@ -148,15 +145,4 @@ func spanID(random func() uint64) string {
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], random()|1<<63) // never all zero
 	return hex.EncodeToString(b[:])
-}
-
-// requestTrace is the trace context of a publish request. Two traceparent
-// headers are as invalid as a malformed one: a new trace starts.
-func requestTrace(c echo.Context) Trace {
-	h := c.Request().Header
-	tp := h.Values(HeaderTraceparent)
-	if len(tp) != 1 {
-		tp = []string{""}
-	}
-	return TraceFrom(tp[0], h.Values(HeaderTracestate), rand.Uint64)
 }
