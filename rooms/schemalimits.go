@@ -10,7 +10,7 @@ import (
 )
 
 // Limits on a version's JSON Schema and on the payloads checked against it
-// (README.md, "Limits"). The schema compiler and validator cannot be
+// (docs/api-guide.md, "Limits"). The schema compiler and validator cannot be
 // interrupted, so these bound what they are given: a schema within them
 // compiles in a fraction of a second, and a payload is checked only when the
 // estimated cost of the check is within MaxValidationCost.

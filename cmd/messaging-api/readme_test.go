@@ -203,7 +203,7 @@ func TestReadmeQuickstart(t *testing.T) {
 		}
 	}
 
-	// The README's example of a bad request gives the problem it shows.
+	// The API guide's example of a bad request gives the problem it shows.
 	req, _ := http.NewRequest(http.MethodPost, base+"/v1/rooms", strings.NewReader(`{"identifier": "bad id", "deliveryDelay": 0}`))
 	req.Header.Set("Authorization", "Bearer "+apiKey)
 	req.Header.Set("Content-Type", "application/json")

@@ -405,7 +405,7 @@ func TestRetryPolicyRoundTrip(t *testing.T) {
 }
 
 // TestRetrySchedulePrecedence: a subscription's retry schedule follows the
-// precedence the README states, with the exact delays of each case.
+// precedence docs/api-guide.md states, with the exact delays of each case.
 func TestRetrySchedulePrecedence(t *testing.T) {
 	t.Parallel()
 	const (
