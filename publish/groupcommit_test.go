@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/api/apitest"
 	"github.com/roomhub/messaging-api/message"
 )
 
@@ -86,13 +87,13 @@ func TestGroupCommitGroups(t *testing.T) {
 	first := make(chan error, 1)
 	go func() { first <- g.publish(ctx, batchOf()) }()
 	// The first request leads and is stuck in its write; queue 10 more.
-	waitFor(t, "the first write", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.leading && len(g.queue) == 0 })
+	apitest.Eventually(t, "the first write", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return g.leading && len(g.queue) == 0 })
 	const n = 10
 	errs := make(chan error, n)
 	for range n {
 		go func() { errs <- g.publish(ctx, batchOf()) }()
 	}
-	waitFor(t, "10 queued", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.queue) == n })
+	apitest.Eventually(t, "10 queued", func() bool { g.mu.Lock(); defer g.mu.Unlock(); return len(g.queue) == n })
 	close(st.gate) // let every write through
 	if err := <-first; err != nil {
 		t.Fatal(err)

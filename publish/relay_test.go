@@ -15,6 +15,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/roomhub/messaging-api/api/apitest"
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/message"
@@ -27,6 +28,8 @@ type outbox struct {
 	rows   map[uuid.UUID]*outboxRow
 	order  []uuid.UUID
 	claims atomic.Int64
+	// claimTimes is when each ClaimPending call came, oldest first.
+	claimTimes []time.Time
 	// failMarks is how many MarkSent calls fail (the database down).
 	failMarks atomic.Int64
 }
@@ -54,6 +57,7 @@ func (o *outbox) ClaimPending(_ context.Context, _ string, _ time.Time, limit in
 	o.claims.Add(1)
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.claimTimes = append(o.claimTimes, time.Now())
 	var out []Pending
 	for _, id := range o.order {
 		r := o.rows[id]
@@ -163,15 +167,6 @@ func (s *sink) Send(_ context.Context, m broker.Message) error {
 	return nil
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 func TestRelaySendsOnNotifyAndBacksOff(t *testing.T) {
 	t.Parallel()
 	o, b := newOutbox(), &sink{got: map[string]int{}}
@@ -195,7 +190,7 @@ func TestRelaySendsOnNotifyAndBacksOff(t *testing.T) {
 	expiry := time.Now().Add(-time.Second)
 	expired := o.add(expiry)
 	r.Notify()
-	waitFor(t, "1001 sends", func() bool { return o.count(message.StatusSent) == 1001 })
+	apitest.Eventually(t, "1001 sends", func() bool { return o.count(message.StatusSent) == 1001 })
 	b.mu.Lock()
 	for id, n := range b.got {
 		if n != 1 {
@@ -218,18 +213,26 @@ func TestRelaySendsOnNotifyAndBacksOff(t *testing.T) {
 		o.add(time.Time{})
 	}
 	r.Notify()
-	waitFor(t, "the relay to notice the outage", func() bool { return r.Healthy() != nil })
-	tries := b.tries.Load()
-	for range 20 {
+	apitest.Eventually(t, "the relay to notice the outage", func() bool { return r.Healthy() != nil })
+	// Every round from here on fails: the next two come after the backoff
+	// (at least 100 ms, then 200 ms), however often publishes notify.
+	o.mu.Lock()
+	failedFrom := len(o.claimTimes)
+	o.mu.Unlock()
+	apitest.Eventually(t, "two more rounds during the outage", func() bool {
 		r.Notify() // publishes keep coming
-		time.Sleep(25 * time.Millisecond)
+		o.mu.Lock()
+		defer o.mu.Unlock()
+		return len(o.claimTimes) >= failedFrom+2
+	})
+	o.mu.Lock()
+	if gap := o.claimTimes[failedFrom+1].Sub(o.claimTimes[failedFrom]); gap < 200*time.Millisecond {
+		t.Errorf("rounds %s apart during the outage, want the backoff (200 ms for the third failed round): the relay spins on Notify", gap)
 	}
-	if n := b.tries.Load() - tries; n > 400 {
-		t.Errorf("%d send attempts in 0.5 s of outage: the relay spins", n)
-	}
+	o.mu.Unlock()
 	b.down.Store(false)
-	waitFor(t, "the backlog after the outage", func() bool { return o.count(message.StatusSent) == 1101 })
-	waitFor(t, "Healthy", func() bool { return r.Healthy() == nil })
+	apitest.Eventually(t, "the backlog after the outage", func() bool { return o.count(message.StatusSent) == 1101 })
+	apitest.Eventually(t, "Healthy", func() bool { return r.Healthy() == nil })
 
 	cancel()
 	select {
@@ -257,41 +260,64 @@ func (v *vacuumOutbox) VacuumOutbox(context.Context) error {
 	return nil
 }
 
+// vacuumState is what maybeVacuum decided, under its lock: it records a
+// vacuum it starts (vacLast, vacRunning) before it returns, so a test can
+// show that a call started none by looking right after it.
+func vacuumState(r *Relay) (last time.Time, running, off bool) {
+	r.vacMu.Lock()
+	defer r.vacMu.Unlock()
+	return r.vacLast, r.vacRunning, r.vacOff
+}
+
+// TestRelayVacuumsTheOutbox: the relay vacuums once VacuumEvery rows were
+// recorded, not again within VacuumInterval, again after it, and never
+// again once the database refused a vacuum.
 func TestRelayVacuumsTheOutbox(t *testing.T) {
 	t.Parallel()
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx := context.Background()
 	v := &vacuumOutbox{outbox: newOutbox()}
 	r := NewRelay(v, &sink{got: map[string]int{}}, DefaultRelayConfig, time.Now, logger)
-	ctx := context.Background()
+	finished := func(calls int64) func() bool {
+		return func() bool { _, running, _ := vacuumState(r); return !running && v.calls.Load() == calls }
+	}
+
 	r.maybeVacuum(ctx, VacuumEvery-1)
-	waitFor(t, "nothing", func() bool { return true })
-	if v.calls.Load() != 0 {
-		t.Fatal("vacuumed before VacuumEvery rows")
+	if last, running, _ := vacuumState(r); !last.IsZero() || running {
+		t.Fatalf("vacuum started after %d rows (VacuumEvery is %d)", VacuumEvery-1, VacuumEvery)
 	}
 	r.maybeVacuum(ctx, 1)
-	waitFor(t, "a vacuum", func() bool { return v.calls.Load() == 1 })
-	r.maybeVacuum(ctx, 10*VacuumEvery) // within VacuumInterval of the last
-	time.Sleep(50 * time.Millisecond)
-	if v.calls.Load() != 1 {
-		t.Errorf("vacuumed %d times within VacuumInterval", v.calls.Load())
+	first, _, _ := vacuumState(r)
+	if first.IsZero() {
+		t.Fatalf("no vacuum started after VacuumEvery rows")
 	}
+	apitest.Eventually(t, "the first vacuum", finished(1))
+
+	r.maybeVacuum(ctx, 10*VacuumEvery) // within VacuumInterval of the first
+	if last, running, _ := vacuumState(r); !last.Equal(first) || running {
+		t.Fatalf("vacuum started again within VacuumInterval (last %v, first %v)", last, first)
+	}
+	// Once VacuumInterval has passed, the rows counted meanwhile start one.
+	r.vacMu.Lock()
+	r.vacLast = first.Add(-VacuumInterval)
+	r.vacMu.Unlock()
+	r.maybeVacuum(ctx, 1)
+	apitest.Eventually(t, "the vacuum after VacuumInterval", finished(2))
 
 	// A vacuum the database refuses is not tried again.
 	f := &vacuumOutbox{outbox: newOutbox(), fail: true}
 	r = NewRelay(f, &sink{got: map[string]int{}}, DefaultRelayConfig, time.Now, logger)
 	r.maybeVacuum(ctx, VacuumEvery)
-	waitFor(t, "the refused vacuum", func() bool {
-		r.vacMu.Lock()
-		defer r.vacMu.Unlock()
-		return r.vacOff
-	})
+	apitest.Eventually(t, "the refused vacuum", func() bool { _, running, off := vacuumState(r); return off && !running })
 	r.vacMu.Lock()
 	r.vacLast = time.Time{}
 	r.vacMu.Unlock()
 	r.maybeVacuum(ctx, VacuumEvery)
-	time.Sleep(50 * time.Millisecond)
-	if f.calls.Load() != 1 {
-		t.Errorf("a refused vacuum was tried %d times", f.calls.Load())
+	if last, running, _ := vacuumState(r); !last.IsZero() || running {
+		t.Errorf("a vacuum started again after the database refused one")
+	}
+	if n := f.calls.Load(); n != 1 {
+		t.Errorf("a refused vacuum was tried %d times, want 1", n)
 	}
 }
 
@@ -309,36 +335,80 @@ func (s *stallSink) Send(ctx context.Context, m broker.Message) error {
 	return s.sink.Send(ctx, m)
 }
 
+// clock is a fake clock the test moves.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// slowSink takes d of the clock's time to send one message; the rest go at once.
+type slowSink struct {
+	sink
+	clock *clock
+	slow  uuid.UUID
+	d     time.Duration
+}
+
+func (s *slowSink) Send(ctx context.Context, m broker.Message) error {
+	if m.Headers[message.HeaderSendID] == s.slow.String() {
+		s.clock.Advance(s.d)
+	}
+	return s.sink.Send(ctx, m)
+}
+
 // TestRelayLeavesRowsItCannotSendInTime: a round whose sends queue behind a
 // slow broker for longer than the lease leaves the rest leased (another
 // relay may claim them once it lapses) instead of sending them late, and
 // reports the round failed.
 func TestRelayLeavesRowsItCannotSendInTime(t *testing.T) {
 	t.Parallel()
-	o := newOutbox()
-	first := o.add(time.Time{})
-	second := o.add(time.Time{})
-	b := &stallSink{sink: sink{got: map[string]int{}}, stall: first, release: make(chan struct{})}
-	// One send at a time; the lease outlasts a send by 150 ms.
-	cfg := RelayConfig{Batch: 50, Concurrency: 1, Poll: time.Hour, Lease: 200 * time.Millisecond, SendTimeout: 50 * time.Millisecond}
-	r := NewRelay(o, b, cfg, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	done := make(chan struct{})
-	var n int
-	var err error
-	go func() { n, err = r.relayOnce(context.Background()); close(done) }()
-	time.Sleep(300 * time.Millisecond) // the first send holds the only slot past the lease
-	close(b.release)
-	<-done
-	if n != 2 || err == nil {
-		t.Errorf("round: %d claimed, error %v; want 2 and an error", n, err)
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.got[first.String()] != 1 || b.got[second.String()] != 0 {
-		t.Errorf("sent %v; want only the first (the second's lease would lapse)", b.got)
-	}
-	if o.count(message.StatusSent) != 1 {
-		t.Errorf("%d marked sent, want 1", o.count(message.StatusSent))
+	for _, tc := range []struct {
+		name      string
+		took      time.Duration // by the first send, which holds the only slot
+		sent      int
+		wantError bool
+	}{
+		{"the first send outlasts the lease", 300 * time.Millisecond, 1, true},
+		{"the second send still fits the lease", 100 * time.Millisecond, 2, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			o := newOutbox()
+			first := o.add(time.Time{})
+			second := o.add(time.Time{})
+			c := &clock{now: time.Now()}
+			b := &slowSink{sink: sink{got: map[string]int{}}, clock: c, slow: first, d: tc.took}
+			// One send at a time; the lease outlasts a send by 150 ms.
+			cfg := RelayConfig{Batch: 50, Concurrency: 1, Poll: time.Hour, Lease: 200 * time.Millisecond, SendTimeout: 50 * time.Millisecond}
+			r := NewRelay(o, b, cfg, c.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			n, err := r.relayOnce(context.Background())
+			if n != 2 || (err != nil) != tc.wantError {
+				t.Errorf("round: %d claimed, error %v; want 2, error %v", n, err, tc.wantError)
+			}
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			if b.got[first.String()] != 1 || b.got[second.String()] != tc.sent-1 {
+				t.Errorf("sent %v; want the first, and the second %d times", b.got, tc.sent-1)
+			}
+			if got := o.count(message.StatusSent); got != tc.sent {
+				t.Errorf("%d marked sent, want %d", got, tc.sent)
+			}
+			if o.claimed(second) != (tc.sent == 1) {
+				t.Errorf("second row claimed %v; want it left leased only when not sent", o.claimed(second))
+			}
+		})
 	}
 }
 
@@ -382,7 +452,7 @@ func runRelay(t *testing.T, r *Relay) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.Run(ctx); close(done) }()
-	waitFor(t, "the hand-off to open", func() bool { return open(r) })
+	apitest.Eventually(t, "the hand-off to open", func() bool { return open(r) })
 	return func() {
 		cancel()
 		select {
@@ -432,7 +502,7 @@ func TestRelayHandOff(t *testing.T) {
 	expiry := time.Now().Add(-time.Second)
 	expired := o.addLeased(expiry)
 	r.HandOff(lease, []Pending{expired})
-	waitFor(t, "1001 sends", func() bool { return o.count(message.StatusSent) == 1001 })
+	apitest.Eventually(t, "1001 sends", func() bool { return o.count(message.StatusSent) == 1001 })
 	b.mu.Lock()
 	for id, n := range b.got {
 		if n != 1 {
@@ -447,7 +517,7 @@ func TestRelayHandOff(t *testing.T) {
 	if handed < 20 {
 		t.Errorf("%d of 40 publishes handed off; want most (the hand-off holds 4 at once and drains in ~4 ms, 10 ms apart)", handed)
 	}
-	waitFor(t, "every place to come back", func() bool {
+	apitest.Eventually(t, "every place to come back", func() bool {
 		if _, ok := r.Reserve(100); ok {
 			r.Unreserve(100)
 			return true
@@ -476,14 +546,14 @@ func TestRelayHandOffBrokerDown(t *testing.T) {
 	lease, _ := r.Reserve(1)
 	p := o.addLeased(time.Time{})
 	r.HandOff(lease, []Pending{p})
-	waitFor(t, "the refused send to be released", func() bool { return !o.claimed(p.ID) || o.count(message.StatusSent) == 1 })
+	apitest.Eventually(t, "the refused send to be released", func() bool { return !o.claimed(p.ID) || o.count(message.StatusSent) == 1 })
 	if _, ok := r.Reserve(1); ok {
 		t.Error("Reserve worked while the broker refuses sends")
 	}
 	b.down.Store(false)
 	r.Notify()
-	waitFor(t, "the released send to go out", func() bool { return o.count(message.StatusSent) == 1 })
-	waitFor(t, "the hand-off to reopen", func() bool { return open(r) })
+	apitest.Eventually(t, "the released send to go out", func() bool { return o.count(message.StatusSent) == 1 })
+	apitest.Eventually(t, "the hand-off to reopen", func() bool { return open(r) })
 }
 
 // TestRelayHandOffShutdown: on shutdown the send in flight finishes and is
@@ -503,7 +573,7 @@ func TestRelayHandOffShutdown(t *testing.T) {
 		rest[i] = o.addLeased(time.Time{})
 	}
 	r.HandOff(lease, append([]Pending{first}, rest...))
-	waitFor(t, "the first send to start", func() bool { return b.tries.Load() == 0 && len(r.sem) == 1 })
+	apitest.Eventually(t, "the first send to start", func() bool { return b.tries.Load() == 0 && len(r.sem) == 1 })
 	go func() {
 		time.Sleep(100 * time.Millisecond)
 		close(b.release)
@@ -535,7 +605,7 @@ func TestRelayHandOffLeaseTooShort(t *testing.T) {
 	lease.Until = time.Now().Add(100 * time.Millisecond) // under the relay's 1 s SendTimeout
 	p := o.addLeased(time.Time{})
 	r.HandOff(lease, []Pending{p})
-	waitFor(t, "the send", func() bool { return o.count(message.StatusSent) == 1 })
+	apitest.Eventually(t, "the send", func() bool { return o.count(message.StatusSent) == 1 })
 	if o.claims.Load() == 0 {
 		t.Error("sent without a claim although its lease was too short")
 	}
@@ -608,7 +678,7 @@ func TestRelayRefusals(t *testing.T) {
 	go func() { r.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 
-	waitFor(t, "the first round's outcomes", func() bool {
+	apitest.Eventually(t, "the first round's outcomes", func() bool {
 		return o.count(message.StatusSent) == 1 && len(o.row(retried).refusals) == 1 && len(o.row(last).refusals) == 1
 	})
 	if err := r.Healthy(); err != nil {
@@ -632,12 +702,12 @@ func TestRelayRefusals(t *testing.T) {
 		t.Errorf("given-up copy's error %q: want the count and the broker's answer", f.Error)
 	}
 	// A full address is back-pressure: never given up for the count.
-	waitFor(t, "the full address's refusal", func() bool { return len(o.row(full).refusals) == 1 })
+	apitest.Eventually(t, "the full address's refusal", func() bool { return len(o.row(full).refusals) == 1 })
 	if f := o.row(full).refusals[0]; f.RetryAt.IsZero() || o.row(full).status != message.StatusPending || !strings.Contains(f.Error, "AMQ229102") {
 		t.Errorf("copy refused %d times, the last for a full address: %+v, %q; want it tried again", 3, f, o.row(full).status)
 	}
 	// ... until it has waited MaxFullWait.
-	waitFor(t, "the long-waiting full copy's refusal", func() bool { return len(o.row(fullLong).refusals) == 1 })
+	apitest.Eventually(t, "the long-waiting full copy's refusal", func() bool { return len(o.row(fullLong).refusals) == 1 })
 	if f := o.row(fullLong).refusals[0]; o.row(fullLong).status != message.StatusDeadLettered || f.Reason != delivery.ReasonBrokerRefused {
 		t.Errorf("copy refused 3 times for a full address after waiting %s: %q %+v; want a broker_refused dead letter", MaxFullWait, o.row(fullLong).status, f)
 	}
@@ -651,19 +721,19 @@ func TestRelayRefusals(t *testing.T) {
 
 	// At its expiry the expiring copy is tried again and given up; the other
 	// is not tried again before its second is out.
-	waitFor(t, "the expiring copy given up", func() bool { return o.row(expiring).status == message.StatusExpired })
+	apitest.Eventually(t, "the expiring copy given up", func() bool { return o.row(expiring).status == message.StatusExpired })
 	if n := len(o.row(expiring).refusals); n != 2 || o.row(expiring).refusals[1].Reason != delivery.ReasonExpired {
 		t.Errorf("expiring copy: %+v, want a retry at its expiry and then an expired dead letter", o.row(expiring).refusals)
 	}
 	if n := len(o.row(retried).refusals); n != 1 && time.Since(start) < time.Second {
 		t.Errorf("copy tried again %d times within its first second", n-1)
 	}
-	waitFor(t, "the second refusal", func() bool { return len(o.row(retried).refusals) == 2 })
+	apitest.Eventually(t, "the second refusal", func() bool { return len(o.row(retried).refusals) == 2 })
 	if f := o.row(retried).refusals[1]; f.RetryAt.Sub(f.At) != 2*time.Second || o.row(retried).status != message.StatusPending {
 		t.Errorf("second refusal %+v: want a retry 2 s later, still pending", f)
 	}
 	b.refusing.Store(false) // e.g. the queue is created
-	waitFor(t, "the refused copy sent once the broker takes it", func() bool { return o.row(retried).status == message.StatusSent })
+	apitest.Eventually(t, "the refused copy sent once the broker takes it", func() bool { return o.row(retried).status == message.StatusSent })
 	if err := r.Healthy(); err != nil {
 		t.Errorf("Healthy() = %v", err)
 	}
@@ -684,11 +754,11 @@ func TestRelayHandOffRefusal(t *testing.T) {
 	p = o.rows[p.ID].p
 	o.mu.Unlock()
 	r.HandOff(lease, []Pending{p, o.addLeased(time.Time{})})
-	waitFor(t, "the refusal recorded", func() bool { return len(o.row(p.ID).refusals) == 1 })
+	apitest.Eventually(t, "the refusal recorded", func() bool { return len(o.row(p.ID).refusals) == 1 })
 	if f := o.row(p.ID).refusals[0]; f.RetryAt.IsZero() || o.row(p.ID).status != message.StatusPending {
 		t.Errorf("refusal %+v: want a retry later", f)
 	}
-	waitFor(t, "the other copy sent", func() bool { return o.count(message.StatusSent) == 1 })
+	apitest.Eventually(t, "the other copy sent", func() bool { return o.count(message.StatusSent) == 1 })
 	if !open(r) {
 		t.Error("the hand-off closed after a refusal")
 	}
@@ -711,7 +781,7 @@ func TestRelayRetriesRecordingSends(t *testing.T) {
 	go func() { r.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	start := time.Now()
-	waitFor(t, "5 sends recorded", func() bool { return o.count(message.StatusSent) == 5 })
+	apitest.Eventually(t, "5 sends recorded", func() bool { return o.count(message.StatusSent) == 5 })
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("recorded after %s", d)
 	}

@@ -1,5 +1,6 @@
-// Package apitest holds checks that tests of several features' HTTP
-// handlers share.
+// Package apitest holds what tests of several features share: checks of
+// HTTP answers, and Eventually, the one way a test waits for something that
+// happens in the background.
 package apitest
 
 import (
@@ -8,6 +9,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -39,5 +41,24 @@ func CheckStatus(t testing.TB, rec *httptest.ResponseRecorder, want ...int) {
 		if fe.Field == "" || fe.Message == "" {
 			t.Fatalf("field error without field or message: %s", rec.Body)
 		}
+	}
+}
+
+// EventuallyTimeout bounds how long Eventually waits: long enough for a slow
+// CI machine, short enough that a failure does not hang the run.
+const EventuallyTimeout = 10 * time.Second
+
+// Eventually polls cond until it holds and fails t, naming what, if it does
+// not within EventuallyTimeout. It shows that something happens; to show that
+// something does not, assert right after the synchronous call that would have
+// done it, or drive an injected clock: a sleep proves nothing.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(EventuallyTimeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", EventuallyTimeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
