@@ -12,11 +12,11 @@ import (
 
 // Routes registers the API key endpoints under g (/v1).
 func (svc *Service) Routes(g *echo.Group) {
-	g.POST("/api-keys", svc.create)
-	g.GET("/api-keys", svc.list)
-	g.GET("/api-keys/current", svc.current)
-	g.GET("/api-keys/:keyId", svc.get)
-	g.DELETE("/api-keys/:keyId", svc.revoke)
+	Handle(g, http.MethodPost, "/api-keys", svc.create, Admins())
+	Handle(g, http.MethodGet, "/api-keys", svc.list, Admins())
+	Handle(g, http.MethodGet, "/api-keys/current", svc.current, Anywhere(api.RoleManager, api.RolePublisher, api.RoleSubscriber))
+	Handle(g, http.MethodGet, "/api-keys/:keyId", svc.get, Admins())
+	Handle(g, http.MethodDelete, "/api-keys/:keyId", svc.revoke, Admins())
 }
 
 type grantBody struct {

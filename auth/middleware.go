@@ -3,7 +3,6 @@ package auth
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strings"
 
 	"github.com/google/uuid"
@@ -34,77 +33,58 @@ const (
 )
 
 // Rule lets the listed roles (admins always) use a route within its scope.
+// The zero Rule admits admins only.
 type Rule struct {
-	Roles []string
+	roles []string
 	scope scope
 }
 
-const (
-	m, p, s = api.RoleManager, api.RolePublisher, api.RoleSubscriber
-)
+// Admins lets only admin keys use a route.
+func Admins() Rule { return Rule{} }
 
-const (
-	room = "/v1/rooms/:roomId"
-	sub  = room + "/subscriptions/:subscriptionId"
-)
+// Anywhere lets roles use a route that names no room; any rows it touches
+// are the handler's to restrict.
+func Anywhere(roles ...string) Rule { return Rule{roles: roles, scope: anywhere} }
 
-// Rules maps "METHOD route" (echo's route template) to who may call it. A
-// route without a rule is open to admins only; a test checks every route
-// has one.
-var Rules = map[string]Rule{
-	"POST /v1/api-keys":          {},
-	"GET /v1/api-keys":           {},
-	"GET /v1/api-keys/:keyId":    {},
-	"DELETE /v1/api-keys/:keyId": {},
-	"GET /v1/api-keys/current":   {[]string{m, p, s}, anywhere},
+// InRoom lets roles use a route of a room the key manages (managers) or is
+// granted (publishers, subscribers).
+func InRoom(roles ...string) Rule { return Rule{roles: roles, scope: inRoom} }
 
-	"POST /v1/retry-schedule\\:preview": {[]string{m, p, s}, anywhere},
+// InSubscription is InRoom for a route of one subscription, which a
+// subscriber key must also own.
+func InSubscription(roles ...string) Rule { return Rule{roles: roles, scope: inSubscription} }
 
-	// Rooms: managers create rooms they manage (checked on the body); lists
-	// show each key only its rooms.
-	"POST /v1/rooms":                                               {[]string{m}, anywhere},
-	"GET /v1/rooms":                                                {[]string{m, p, s}, anywhere},
-	"GET " + room:                                                  {[]string{m, p, s}, inRoom},
-	"PATCH " + room:                                                {[]string{m}, inRoom},
-	"DELETE " + room:                                               {[]string{m}, inRoom},
-	"POST " + room + "/event-types":                                {[]string{m}, inRoom},
-	"GET " + room + "/event-types":                                 {[]string{m, p, s}, inRoom},
-	"GET " + room + "/event-types/:eventType":                      {[]string{m, p, s}, inRoom},
-	"DELETE " + room + "/event-types/:eventType":                   {[]string{m}, inRoom},
-	"POST " + room + "/event-types/:eventType/versions":            {[]string{m}, inRoom},
-	"GET " + room + "/event-types/:eventType/versions":             {[]string{m, p, s}, inRoom},
-	"GET " + room + "/event-types/:eventType/versions/:version":    {[]string{m, p, s}, inRoom},
-	"DELETE " + room + "/event-types/:eventType/versions/:version": {[]string{m}, inRoom},
-
-	// Publishing (event types checked on the body) and the message log.
-	"POST " + room + "/messages":         {[]string{p}, inRoom},
-	"POST " + room + "/messages\\:batch": {[]string{p}, inRoom},
-	"GET " + room + "/messages":          {[]string{m}, inRoom},
-	"GET " + room + "/messages/:eventId": {[]string{m}, inRoom},
-
-	// Subscriptions: subscribers create and list their own.
-	"POST " + room + "/subscriptions":               {[]string{m, s}, inRoom},
-	"GET " + room + "/subscriptions":                {[]string{m, s}, inRoom},
-	"GET " + sub:                                    {[]string{m, s}, inSubscription},
-	"PATCH " + sub:                                  {[]string{m, s}, inSubscription},
-	"DELETE " + sub:                                 {[]string{m, s}, inSubscription},
-	"POST " + sub + "/secret\\:rotate":              {[]string{m, s}, inSubscription},
-	"GET " + sub + "/retry-schedule":                {[]string{m, s}, inSubscription},
-	"GET " + sub + "/deliveries":                    {[]string{m, s}, inSubscription},
-	"GET " + sub + "/dead-letters":                  {[]string{m, s}, inSubscription},
-	"POST " + sub + "/dead-letters\\:replay":        {[]string{m, s}, inSubscription},
-	"GET " + sub + "/dead-letters/:deadLetterId":    {[]string{m, s}, inSubscription},
-	"POST " + sub + "/dead-letters/:deadLetterId":   {[]string{m, s}, inSubscription},
-	"DELETE " + sub + "/dead-letters/:deadLetterId": {[]string{m, s}, inSubscription},
-
-	// Pulling is the subscriber's own business (and the admin's).
-	"POST " + sub + "/pull":                {[]string{s}, inSubscription},
-	"POST " + sub + "/ack":                 {[]string{s}, inSubscription},
-	"POST " + sub + "/nack":                {[]string{s}, inSubscription},
-	"POST " + sub + "/modify-ack-deadline": {[]string{s}, inSubscription},
+// Handle declares a route of g with who may call it: the one place a route
+// and its permission are written.
+func Handle(g *echo.Group, method, path string, h echo.HandlerFunc, rule Rule) *echo.Route {
+	return g.Add(method, path, h, rule.enforce)
 }
 
-// Middleware authenticates every request it wraps and applies Rules.
+// guardKey holds the guard Middleware leaves for the route's rule.
+const guardKey = "auth.guard"
+
+// guard is what a route's rule needs to decide: who calls and how to look
+// up the rows the path names.
+type guard struct {
+	caller *api.Caller
+	res    Resolver
+}
+
+// enforce applies r to a request Middleware authenticated. Without a guard
+// authentication is off (AUTH_DISABLED) and every route is open.
+func (r Rule) enforce(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if g, ok := c.Get(guardKey).(guard); ok {
+			if err := authorize(c.Request().Context(), c, g.caller, g.res, r); err != nil {
+				return err
+			}
+		}
+		return next(c)
+	}
+}
+
+// Middleware authenticates every request it wraps, known route or not; each
+// route's own Rule (declared with Handle) then authorizes it.
 func (svc *Service) Middleware(res Resolver) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -114,32 +94,20 @@ func (svc *Service) Middleware(res Resolver) echo.MiddlewareFunc {
 				return err
 			}
 			caller := key.Caller()
-			ctx := api.WithCaller(req.Context(), caller)
-			c.SetRequest(req.WithContext(ctx))
-			if err := authorize(ctx, c, caller, res); err != nil {
-				return err
-			}
+			c.SetRequest(req.WithContext(api.WithCaller(req.Context(), caller)))
+			c.Set(guardKey, guard{caller: caller, res: res})
 			return next(c)
 		}
 	}
 }
 
-func authorize(ctx context.Context, c echo.Context, caller *api.Caller, res Resolver) error {
+// authorize decides whether caller may use the route of c under rule.
+func authorize(ctx context.Context, c echo.Context, caller *api.Caller, res Resolver, rule Rule) error {
 	if caller.Admin() {
 		return nil
 	}
-	rule, ok := Rules[c.Request().Method+" "+c.Path()]
-	if !ok && c.Get(echo.ContextKeyHeaderAllow) != nil {
-		// A known path without this method: the router answers 405 with
-		// the methods it has, which the API description lists anyway.
-		return nil
-	}
-	if !ok {
-		// Unknown routes (and any route someone forgot to list) are closed.
-		return echo.NewHTTPError(http.StatusNotFound, "no such route")
-	}
 	allowed := false
-	for _, r := range rule.Roles {
+	for _, r := range rule.roles {
 		allowed = allowed || r == caller.Role
 	}
 	if !allowed {

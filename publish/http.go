@@ -11,16 +11,21 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/auth"
 	"github.com/roomhub/messaging-api/message"
 )
 
 // Routes registers the publish and message-log endpoints under g (/v1).
 func Routes(g *echo.Group, s *Service) {
 	h := handlers{s: s}
-	g.POST("/rooms/:roomId/messages", h.publish)
-	g.POST("/rooms/:roomId/messages\\:batch", h.publishBatch)
-	g.GET("/rooms/:roomId/messages", h.list)
-	g.GET("/rooms/:roomId/messages/:eventId", h.get)
+	// Publishers publish (the event types are checked on the body); the
+	// message log is the room manager's.
+	publishers := auth.InRoom(api.RolePublisher)
+	managers := auth.InRoom(api.RoleManager)
+	auth.Handle(g, http.MethodPost, "/rooms/:roomId/messages", h.publish, publishers)
+	auth.Handle(g, http.MethodPost, "/rooms/:roomId/messages\\:batch", h.publishBatch, publishers)
+	auth.Handle(g, http.MethodGet, "/rooms/:roomId/messages", h.list, managers)
+	auth.Handle(g, http.MethodGet, "/rooms/:roomId/messages/:eventId", h.get, managers)
 }
 
 type handlers struct{ s *Service }

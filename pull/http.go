@@ -8,15 +8,18 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/auth"
 )
 
 // Routes registers the pull endpoints under g (/v1).
 func (s *Service) Routes(g *echo.Group) {
 	base := "/rooms/:roomId/subscriptions/:subscriptionId"
-	g.POST(base+"/pull", s.pull)
-	g.POST(base+"/ack", s.ack)
-	g.POST(base+"/nack", s.nack)
-	g.POST(base+"/modify-ack-deadline", s.modify)
+	// Pulling is the subscriber's own business (and the admin's).
+	own := auth.InSubscription(api.RoleSubscriber)
+	auth.Handle(g, http.MethodPost, base+"/pull", s.pull, own)
+	auth.Handle(g, http.MethodPost, base+"/ack", s.ack, own)
+	auth.Handle(g, http.MethodPost, base+"/nack", s.nack, own)
+	auth.Handle(g, http.MethodPost, base+"/modify-ack-deadline", s.modify, own)
 }
 
 type pullRequest struct {

@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/auth"
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/message"
@@ -127,14 +128,15 @@ func (s *DeadLetters) Replay(ctx context.Context, room rooms.Room, sub subscript
 // Routes registers the dead-letter and delivery endpoints under g (/v1).
 func (s *DeadLetters) Routes(g *echo.Group) {
 	base := "/rooms/:roomId/subscriptions/:subscriptionId"
-	g.GET(base+"/dead-letters", s.list)
-	g.POST(base+"/dead-letters\\:replay", s.replayBulk)
-	g.GET(base+"/dead-letters/:deadLetterId", s.get)
+	one := auth.InSubscription(api.RoleManager, api.RoleSubscriber)
+	auth.Handle(g, http.MethodGet, base+"/dead-letters", s.list, one)
+	auth.Handle(g, http.MethodPost, base+"/dead-letters\\:replay", s.replayBulk, one)
+	auth.Handle(g, http.MethodGet, base+"/dead-letters/:deadLetterId", s.get, one)
 	// echo cannot end a segment with a literal after a parameter, so
 	// "{id}:replay" arrives as the whole segment and replayOne cuts it.
-	g.POST(base+"/dead-letters/:deadLetterId", s.replayOne)
-	g.DELETE(base+"/dead-letters/:deadLetterId", s.delete)
-	g.GET(base+"/deliveries", s.deliveries)
+	auth.Handle(g, http.MethodPost, base+"/dead-letters/:deadLetterId", s.replayOne, one)
+	auth.Handle(g, http.MethodDelete, base+"/dead-letters/:deadLetterId", s.delete, one)
+	auth.Handle(g, http.MethodGet, base+"/deliveries", s.deliveries, one)
 }
 
 type deadLetterResponse struct {

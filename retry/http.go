@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/auth"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/subscriptions"
 )
@@ -18,14 +19,15 @@ type Subscriptions interface {
 
 // Routes registers the retry-schedule endpoints under g (/v1).
 func Routes(g *echo.Group, subs Subscriptions) {
-	g.GET("/rooms/:roomId/subscriptions/:subscriptionId/retry-schedule", func(c echo.Context) error {
+	auth.Handle(g, http.MethodGet, "/rooms/:roomId/subscriptions/:subscriptionId/retry-schedule", func(c echo.Context) error {
 		room, sub, err := subs.Get(c.Request().Context(), c.Param("roomId"), c.Param("subscriptionId"))
 		if err != nil {
 			return err
 		}
 		return c.JSON(http.StatusOK, describe(TargetOf(room, sub)))
-	})
-	g.POST("/retry-schedule\\:preview", preview)
+	}, auth.InSubscription(api.RoleManager, api.RoleSubscriber))
+	auth.Handle(g, http.MethodPost, "/retry-schedule\\:preview", preview,
+		auth.Anywhere(api.RoleManager, api.RolePublisher, api.RoleSubscriber))
 }
 
 // previewRequest holds a room's delivery settings, as on a room.

@@ -10,26 +10,32 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/auth"
 )
 
 // Routes registers the room, event type and version endpoints under g (/v1).
 func Routes(g *echo.Group, s *Service) {
 	h := handlers{s: s}
-	g.POST("/rooms", h.createRoom)
-	g.GET("/rooms", h.listRooms)
-	g.GET("/rooms/:roomId", h.getRoom)
-	g.PATCH("/rooms/:roomId", h.updateRoom)
-	g.DELETE("/rooms/:roomId", h.deleteRoom)
+	// Managers change the rooms they manage (a new room's manager is checked
+	// on the body); every role reads the rooms it reaches, and lists show
+	// each key only those.
+	manage := auth.InRoom(api.RoleManager)
+	read := auth.InRoom(api.RoleManager, api.RolePublisher, api.RoleSubscriber)
+	auth.Handle(g, http.MethodPost, "/rooms", h.createRoom, auth.Anywhere(api.RoleManager))
+	auth.Handle(g, http.MethodGet, "/rooms", h.listRooms, auth.Anywhere(api.RoleManager, api.RolePublisher, api.RoleSubscriber))
+	auth.Handle(g, http.MethodGet, "/rooms/:roomId", h.getRoom, read)
+	auth.Handle(g, http.MethodPatch, "/rooms/:roomId", h.updateRoom, manage)
+	auth.Handle(g, http.MethodDelete, "/rooms/:roomId", h.deleteRoom, manage)
 
-	g.POST("/rooms/:roomId/event-types", h.createEventType)
-	g.GET("/rooms/:roomId/event-types", h.listEventTypes)
-	g.GET("/rooms/:roomId/event-types/:eventType", h.getEventType)
-	g.DELETE("/rooms/:roomId/event-types/:eventType", h.deleteEventType)
+	auth.Handle(g, http.MethodPost, "/rooms/:roomId/event-types", h.createEventType, manage)
+	auth.Handle(g, http.MethodGet, "/rooms/:roomId/event-types", h.listEventTypes, read)
+	auth.Handle(g, http.MethodGet, "/rooms/:roomId/event-types/:eventType", h.getEventType, read)
+	auth.Handle(g, http.MethodDelete, "/rooms/:roomId/event-types/:eventType", h.deleteEventType, manage)
 
-	g.POST("/rooms/:roomId/event-types/:eventType/versions", h.createVersion)
-	g.GET("/rooms/:roomId/event-types/:eventType/versions", h.listVersions)
-	g.GET("/rooms/:roomId/event-types/:eventType/versions/:version", h.getVersion)
-	g.DELETE("/rooms/:roomId/event-types/:eventType/versions/:version", h.deleteVersion)
+	auth.Handle(g, http.MethodPost, "/rooms/:roomId/event-types/:eventType/versions", h.createVersion, manage)
+	auth.Handle(g, http.MethodGet, "/rooms/:roomId/event-types/:eventType/versions", h.listVersions, read)
+	auth.Handle(g, http.MethodGet, "/rooms/:roomId/event-types/:eventType/versions/:version", h.getVersion, read)
+	auth.Handle(g, http.MethodDelete, "/rooms/:roomId/event-types/:eventType/versions/:version", h.deleteVersion, manage)
 }
 
 type handlers struct{ s *Service }

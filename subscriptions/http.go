@@ -8,18 +8,23 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/auth"
 	"github.com/roomhub/messaging-api/rooms"
 )
 
 // Routes registers the subscription endpoints under g (/v1).
 func Routes(g *echo.Group, s *Service) {
 	h := handlers{s: s}
-	g.POST("/rooms/:roomId/subscriptions", h.create)
-	g.GET("/rooms/:roomId/subscriptions", h.list)
-	g.GET("/rooms/:roomId/subscriptions/:subscriptionId", h.get)
-	g.PATCH("/rooms/:roomId/subscriptions/:subscriptionId", h.update)
-	g.DELETE("/rooms/:roomId/subscriptions/:subscriptionId", h.delete)
-	g.POST("/rooms/:roomId/subscriptions/:subscriptionId/secret\\:rotate", h.rotate)
+	// Subscribers create, list and change their own; managers all of the
+	// room's.
+	room := auth.InRoom(api.RoleManager, api.RoleSubscriber)
+	one := auth.InSubscription(api.RoleManager, api.RoleSubscriber)
+	auth.Handle(g, http.MethodPost, "/rooms/:roomId/subscriptions", h.create, room)
+	auth.Handle(g, http.MethodGet, "/rooms/:roomId/subscriptions", h.list, room)
+	auth.Handle(g, http.MethodGet, "/rooms/:roomId/subscriptions/:subscriptionId", h.get, one)
+	auth.Handle(g, http.MethodPatch, "/rooms/:roomId/subscriptions/:subscriptionId", h.update, one)
+	auth.Handle(g, http.MethodDelete, "/rooms/:roomId/subscriptions/:subscriptionId", h.delete, one)
+	auth.Handle(g, http.MethodPost, "/rooms/:roomId/subscriptions/:subscriptionId/secret\\:rotate", h.rotate, one)
 }
 
 type handlers struct{ s *Service }
