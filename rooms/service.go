@@ -54,12 +54,25 @@ type Service struct {
 	store   Store
 	cleanup Cleanup
 	now     func() time.Time
+	// onChange hears of every committed change to a room, its event types
+	// or versions.
+	onChange func(roomID uuid.UUID)
 }
 
 // NewService returns a Service over store. now is the clock; cleanup hears of
 // the PULL subscriptions a forced room deletion removed.
 func NewService(store Store, cleanup Cleanup, now func() time.Time) *Service {
 	return &Service{store: store, cleanup: cleanup, now: now}
+}
+
+// OnChange calls f with the room's id after every committed change to a
+// room, its event types or versions (a cache of them empties itself there).
+func (s *Service) OnChange(f func(roomID uuid.UUID)) { s.onChange = f }
+
+func (s *Service) changed(roomID uuid.UUID) {
+	if s.onChange != nil {
+		s.onChange(roomID)
+	}
 }
 
 // RoomPatch is a create or update request; absent fields keep their value (or
@@ -199,6 +212,7 @@ func (s *Service) CreateRoom(ctx context.Context, p RoomPatch) (Room, error) {
 	if err := s.store.CreateRoom(ctx, r); err != nil {
 		return Room{}, err
 	}
+	s.changed(r.ID)
 	return r, nil
 }
 
@@ -250,6 +264,7 @@ func (s *Service) UpdateRoom(ctx context.Context, ref string, p RoomPatch) (Room
 	if err := s.store.UpdateRoom(ctx, r); err != nil {
 		return Room{}, err
 	}
+	s.changed(r.ID)
 	return r, nil
 }
 
@@ -263,6 +278,7 @@ func (s *Service) DeleteRoom(ctx context.Context, ref string, force bool) (Room,
 	if err != nil {
 		return Room{}, err
 	}
+	s.changed(r.ID)
 	if len(pulls) > 0 {
 		s.cleanup.RoomDeleted(ctx, r.ID, pulls)
 	}
@@ -299,6 +315,7 @@ func (s *Service) CreateEventType(ctx context.Context, ref string, in EventTypeI
 	if err := s.store.CreateEventType(ctx, et); err != nil {
 		return EventType{}, err
 	}
+	s.changed(r.ID)
 	return et, nil
 }
 
@@ -370,7 +387,11 @@ func (s *Service) DeleteEventType(ctx context.Context, ref, identifier string) e
 	if err != nil {
 		return err
 	}
-	return s.store.DeleteEventType(ctx, et.ID)
+	if err := s.store.DeleteEventType(ctx, et.ID); err != nil {
+		return err
+	}
+	s.changed(et.RoomID)
+	return nil
 }
 
 // VersionInput creates a version; Version 0 means the next number.
@@ -415,6 +436,7 @@ func (s *Service) CreateVersion(ctx context.Context, ref, eventType string, in V
 	if err := s.store.CreateVersion(ctx, v); err != nil {
 		return Version{}, err
 	}
+	s.changed(et.RoomID)
 	return v, nil
 }
 
@@ -453,5 +475,9 @@ func (s *Service) DeleteVersion(ctx context.Context, ref, eventType string, vers
 	if !ValidVersion(version) {
 		return ErrVersionNotFound
 	}
-	return s.store.DeleteVersion(ctx, et.ID, version)
+	if err := s.store.DeleteVersion(ctx, et.ID, version); err != nil {
+		return err
+	}
+	s.changed(et.RoomID)
+	return nil
 }

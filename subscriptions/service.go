@@ -44,11 +44,24 @@ type Service struct {
 	now         func() time.Time
 	logger      *slog.Logger
 	maxPerRoom  int
+	// onChange hears of every committed change to a room's subscriptions.
+	onChange func(roomID uuid.UUID)
 }
 
 // SetMaxPerRoom caps the subscriptions of one room (0: no cap). Under
 // concurrent creation the cap may be passed by the number of racing requests.
 func (svc *Service) SetMaxPerRoom(n int) { svc.maxPerRoom = n }
+
+// OnChange calls f with the room's id after every committed creation, update
+// or deletion of one of its subscriptions (a cache of them empties itself
+// there). A secret rotation changes no routing and is not reported.
+func (svc *Service) OnChange(f func(roomID uuid.UUID)) { svc.onChange = f }
+
+func (svc *Service) changed(roomID uuid.UUID) {
+	if svc.onChange != nil {
+		svc.onChange(roomID)
+	}
+}
 
 // TargetCheck returns an error saying why a push URL must not be used, or
 // nil; it must not resolve names (netguard.Guard.CheckURL is one). The
@@ -355,6 +368,7 @@ func (svc *Service) Create(ctx context.Context, roomRef string, p Patch) (Subscr
 	if err := svc.store.CreateSubscription(ctx, s); err != nil {
 		return Subscription{}, err
 	}
+	svc.changed(s.RoomID)
 	return s, nil
 }
 
@@ -411,6 +425,7 @@ func (svc *Service) Update(ctx context.Context, roomRef, id string, p Patch) (Su
 	if err := svc.store.UpdateSubscription(ctx, s); err != nil {
 		return Subscription{}, err
 	}
+	svc.changed(s.RoomID)
 	return s, nil
 }
 
@@ -423,6 +438,7 @@ func (svc *Service) Delete(ctx context.Context, roomRef, id string) error {
 	if err := svc.store.DeleteSubscription(ctx, s.RoomID, s.ID); err != nil {
 		return err
 	}
+	svc.changed(s.RoomID)
 	if s.Type == TypePull {
 		// The subscription is gone either way; a queue left behind only holds
 		// messages nobody can pull, so this is worth a warning, not a failure.

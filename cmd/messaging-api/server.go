@@ -95,7 +95,12 @@ func newServerWithMetrics(cfg Config, logger *slog.Logger, db *store.DB, b broke
 	pullSvc.Observe(m)
 	v1 := e.Group("/v1")
 	catalog := publish.NewCache(roomSvc, db.Subscriptions(), cfg.CatalogCacheTTL, time.Now)
-	e.Use(under("/v1", invalidateOnChange(catalog)))
+	// A change committed through this process empties the publish cache
+	// before its answer leaves, so a client that publishes on receiving the
+	// answer finds the change.
+	invalidate := func(uuid.UUID) { catalog.Invalidate() }
+	roomSvc.OnChange(invalidate)
+	subSvc.OnChange(invalidate)
 	keys := newKeyService(db, roomSvc)
 	if !cfg.Auth.Disabled {
 		e.Use(under("/v1", keys.Middleware(authResolver{rooms: catalog, subs: subSvc})))
@@ -129,30 +134,6 @@ func under(prefix string, mw echo.MiddlewareFunc) echo.MiddlewareFunc {
 				return wrapped(c)
 			}
 			return next(c)
-		}
-	}
-}
-
-// invalidateOnChange empties the publish cache after every request that may
-// change rooms, event types, versions or subscriptions, so that on this
-// process a publish always sees the changes made before it.
-func invalidateOnChange(c *publish.Cache) echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(ctx echo.Context) error {
-			switch path := ctx.Path(); {
-			case ctx.Request().Method == http.MethodGet, !strings.HasPrefix(path, "/v1/rooms"),
-				strings.Contains(path, "/messages"), strings.Contains(path, "/dead-letters"),
-				strings.HasSuffix(path, "/pull"), strings.HasSuffix(path, "/ack"), strings.HasSuffix(path, "/nack"),
-				strings.HasSuffix(path, "/modify-ack-deadline"), strings.HasSuffix(path, "secret\\:rotate"):
-				// Reads, publishes and pulls leave routing as it was.
-				return next(ctx)
-			}
-			// Before the answer leaves (the change is committed by then), so
-			// a client that publishes on receiving it finds the change; and
-			// after, for lookups that raced the change.
-			ctx.Response().Before(c.Invalidate)
-			defer c.Invalidate()
-			return next(ctx)
 		}
 	}
 }
