@@ -21,7 +21,7 @@ import (
 	"github.com/roomhub/messaging-api/store/storetest"
 )
 
-// routeAccess says, independently of auth.Rules, which roles may call each
+// routeAccess says, independently of the rules declared with auth.Handle, which roles may call each
 // route within their reach: a = admin, m = manager, p = publisher, s = subscriber.
 // Every route the server registers must be listed here.
 var routeAccess = map[string]string{
@@ -229,7 +229,7 @@ func TestAuthorizationTable(t *testing.T) {
 	slices.Sort(routes)
 	for _, route := range routes {
 		if _, ok := routeAccess[route]; !ok {
-			t.Errorf("route %s is missing from routeAccess: decide who may call it (and add it to auth.Rules)", route)
+			t.Errorf("route %s is missing from routeAccess: decide who may call it (and declare it with auth.Handle)", route)
 		}
 	}
 	for route := range routeAccess {
