@@ -335,28 +335,10 @@ func (s *stallSink) Send(ctx context.Context, m broker.Message) error {
 	return s.sink.Send(ctx, m)
 }
 
-// clock is a fake clock the test moves.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // slowSink takes d of the clock's time to send one message; the rest go at once.
 type slowSink struct {
 	sink
-	clock *clock
+	clock *apitest.Clock
 	slow  uuid.UUID
 	d     time.Duration
 }
@@ -388,7 +370,7 @@ func TestRelayLeavesRowsItCannotSendInTime(t *testing.T) {
 			o := newOutbox()
 			first := o.add(time.Time{})
 			second := o.add(time.Time{})
-			c := &clock{now: time.Now()}
+			c := apitest.NewClock(time.Now())
 			b := &slowSink{sink: sink{got: map[string]int{}}, clock: c, slow: first, d: tc.took}
 			// One send at a time; the lease outlasts a send by 150 ms.
 			cfg := RelayConfig{Batch: 50, Concurrency: 1, Poll: time.Hour, Lease: 200 * time.Millisecond, SendTimeout: 50 * time.Millisecond}

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/api/apitest"
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/rooms"
@@ -24,24 +25,6 @@ import (
 // the store, the subscription directory and the relay, a fake clock, and the
 // embedded broker. The HTTP API and the real stores are tested in
 // cmd/messaging-api.
-
-// clock is a fake clock the test moves.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
 
 // directory holds one room and its subscriptions; it is both the
 // Subscriptions and the Directory of the service.
@@ -227,7 +210,7 @@ type harness struct {
 	dir      *directory
 	relay    *notifier
 	obs      *observer
-	clock    *clock
+	clock    *apitest.Clock
 	broker   *broker.Embedded
 	consumer *consumer
 	room     rooms.Room
@@ -245,7 +228,7 @@ func setup(t *testing.T) *harness {
 		dir:    &directory{room: room, subs: map[uuid.UUID]subscriptions.Subscription{sub.ID: sub}},
 		relay:  &notifier{},
 		obs:    &observer{},
-		clock:  &clock{now: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)},
+		clock:  apitest.NewClock(time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)),
 		broker: broker.NewEmbedded(nil),
 		room:   room,
 		sub:    sub,

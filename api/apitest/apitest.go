@@ -1,6 +1,6 @@
 // Package apitest holds what tests of several features share: checks of
-// HTTP answers, and Eventually, the one way a test waits for something that
-// happens in the background.
+// HTTP answers, Eventually, the one way a test waits for something that
+// happens in the background, and Clock, a fake clock.
 package apitest
 
 import (
@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -61,4 +62,27 @@ func Eventually(t testing.TB, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// Clock is a fake clock the test moves; Now is its time function.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewClock returns a Clock at t.
+func NewClock(t time.Time) *Clock { return &Clock{now: t} }
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock d forward.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
 }
