@@ -56,7 +56,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		case "serve", "api", "dispatcher", "migrate", "check-broker":
 			cmd, args = args[0], args[1:]
 		default:
-			return fmt.Errorf("unknown command %q (want serve, api, dispatcher, migrate, check-broker or apikey)", args[0])
+			return fmt.Errorf("unknown command %q (want serve, api, dispatcher, migrate, check-broker, apikey or push-rule)", args[0])
 		}
 	}
 	cfg, err := loadConfig(args, getenv, stderr)
