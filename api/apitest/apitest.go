@@ -55,10 +55,17 @@ const EventuallyTimeout = 10 * time.Second
 // done it, or drive an injected clock: a sleep proves nothing.
 func Eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(EventuallyTimeout)
+	EventuallyWithin(t, EventuallyTimeout, what, cond)
+}
+
+// EventuallyWithin is Eventually with its own bound, for what takes longer
+// by design (a retry schedule, a broker's redelivery).
+func EventuallyWithin(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", EventuallyTimeout, what)
+			t.Fatalf("timed out after %s waiting for %s", within, what)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -6,94 +6,15 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/app"
 	"github.com/roomhub/messaging-api/auth"
 	"github.com/roomhub/messaging-api/rooms"
-	"github.com/roomhub/messaging-api/store"
 )
-
-// roomFinder resolves room references for key grants.
-type roomFinder struct{ rooms *rooms.Service }
-
-func (f roomFinder) RoomID(ctx context.Context, ref string) (uuid.UUID, error) {
-	r, err := f.rooms.Room(ctx, ref)
-	return r.ID, err
-}
-
-// noCleanup is the room cleanup of processes that never delete rooms.
-type noCleanup struct{}
-
-func (noCleanup) RoomDeleted(context.Context, uuid.UUID, []uuid.UUID) {}
-
-func newKeyService(db *store.DB, roomSvc *rooms.Service) *auth.Service {
-	return auth.NewService(db.Keys(), roomFinder{roomSvc}, clock)
-}
-
-// prepareAuth runs before an API process serves: it stores the bootstrap
-// key, and makes sure someone can get in. With the embedded SQLite default
-// (make run) a first admin key is made and printed; anywhere else a service
-// without any key refuses to start.
-func prepareAuth(ctx context.Context, cfg Config, keys *auth.Service, logger *slog.Logger, stderr io.Writer) error {
-	if cfg.Auth.Disabled {
-		logger.Warn("authentication is disabled (AUTH_DISABLED=true): every request may do anything")
-		return nil
-	}
-	if t := cfg.Auth.BootstrapAdminKey; t != "" {
-		created, err := keys.Import(ctx, t, auth.Spec{Name: "bootstrap admin key (AUTH_BOOTSTRAP_ADMIN_KEY)", Role: api.RoleAdmin})
-		if err != nil {
-			return fmt.Errorf("AUTH_BOOTSTRAP_ADMIN_KEY: %w", err)
-		}
-		if created {
-			logger.Info("stored the bootstrap admin API key")
-		}
-	}
-	n, err := keys.ActiveKeys(ctx, "")
-	if err != nil || n > 0 {
-		return err
-	}
-	if !strings.HasPrefix(cfg.DatabaseURL, "sqlite:") {
-		return errors.New("no API key exists, so nobody could use the API: create the first admin key with " +
-			"`messaging-api apikey create -role admin -name NAME` (same DATABASE_URL), or set AUTH_BOOTSTRAP_ADMIN_KEY, " +
-			"or set AUTH_DISABLED=true on a trusted network")
-	}
-	k, token, err := keys.Create(ctx, auth.Spec{Name: "first admin key (embedded defaults)", Role: api.RoleAdmin})
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(stderr, "\n"+
-		"  A first admin API key was made (%s). It is shown only now; keep it:\n\n"+
-		"    export API_KEY=%s\n\n"+
-		"  Send it as \"Authorization: Bearer $API_KEY\". More keys: POST /v1/api-keys or `messaging-api apikey create`.\n\n",
-		k.ID, token)
-	return nil
-}
-
-// openMigrated reads the configuration (flags from args) and opens and
-// migrates the database for a one-shot subcommand, which logs only warnings
-// (to stderr).
-func openMigrated(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) (Config, *store.DB, error) {
-	cfg, err := loadConfig(args, getenv, stderr)
-	if err != nil {
-		return cfg, nil, err
-	}
-	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	db, err := store.Open(ctx, cfg.DatabaseURL, logger)
-	if err != nil {
-		return cfg, nil, err
-	}
-	if _, err := db.Migrate(ctx, logger); err != nil {
-		_ = db.Close()
-		return cfg, nil, fmt.Errorf("migrate: %w", err)
-	}
-	return cfg, db, nil
-}
 
 // runAPIKey is the apikey subcommand: create, list and revoke keys straight
 // in the database (the way to make the first admin key).
@@ -105,12 +26,12 @@ func runAPIKey(ctx context.Context, args []string, getenv func(string) string, s
 	if len(args) == 0 {
 		return errors.New(usage)
 	}
-	_, db, err := openMigrated(ctx, nil, getenv, stderr)
+	_, db, err := app.OpenMigrated(ctx, nil, getenv, stderr)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
-	keys := newKeyService(db, rooms.NewService(db.Rooms(), noCleanup{}, clock))
+	keys := app.NewKeyService(db, rooms.NewService(db.Rooms(), app.NoCleanup{}, app.Clock))
 
 	switch args[0] {
 	case "create":
@@ -135,7 +56,7 @@ func runAPIKey(ctx context.Context, args []string, getenv func(string) string, s
 		}
 		spec := auth.Spec{Name: *name, Role: *role, Subject: *subject, Rooms: grants}
 		if *expires > 0 {
-			t := clock().Add(*expires)
+			t := app.Clock().Add(*expires)
 			spec.ExpiresAt = &t
 		}
 		k, token, err := keys.Create(ctx, spec)

@@ -1,4 +1,4 @@
-package main
+package app_test
 
 import (
 	"bytes"
@@ -7,13 +7,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/roomhub/messaging-api/app"
 )
 
 func TestLoadConfig(t *testing.T) {
 	t.Parallel()
 	env := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 
-	cfg, err := loadConfig(nil, env(nil), io.Discard)
+	cfg, err := app.LoadConfig(nil, env(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -22,7 +24,7 @@ func TestLoadConfig(t *testing.T) {
 		t.Errorf("defaults: %+v", cfg)
 	}
 
-	cfg, err = loadConfig([]string{"-addr", ":9000"}, env(map[string]string{"HTTP_ADDR": ":7000", "LOG_LEVEL": "debug"}), io.Discard)
+	cfg, err = app.LoadConfig([]string{"-addr", ":9000"}, env(map[string]string{"HTTP_ADDR": ":7000", "LOG_LEVEL": "debug"}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +43,7 @@ func TestLoadConfig(t *testing.T) {
 	}
 	for _, b := range bad {
 		t.Run(b.env, func(t *testing.T) {
-			_, err := loadConfig(nil, env(map[string]string{b.env: b.value}), io.Discard)
+			_, err := app.LoadConfig(nil, env(map[string]string{b.env: b.value}), io.Discard)
 			if err == nil || !strings.Contains(err.Error(), b.env) {
 				t.Errorf("error %v does not name %s", err, b.env)
 			}
@@ -51,7 +53,7 @@ func TestLoadConfig(t *testing.T) {
 
 func TestConfigLogHidesSecrets(t *testing.T) {
 	t.Parallel()
-	cfg, err := loadConfig(nil, func(k string) string {
+	cfg, err := app.LoadConfig(nil, func(k string) string {
 		return map[string]string{
 			"DATABASE_URL":             "postgres://app:s3cret@db:5432/app",
 			"BROKER_URL":               "stomp://artemis:hunter2@mq:61613?dialect=artemis",
@@ -61,7 +63,7 @@ func TestConfigLogHidesSecrets(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := cfg.logValue().String()
+	s := cfg.LogValue().String()
 	if strings.Contains(s, "s3cret") || strings.Contains(s, "hunter2") || strings.Contains(s, "bootstrap-0123") {
 		t.Errorf("secrets in log value: %s", s)
 	}

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"errors"
@@ -234,8 +234,8 @@ func durationInto(field func(*Config) *time.Duration) func(*Config, string) erro
 	}
 }
 
-// loadConfig reads defaults, then the environment, then flags from args.
-func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
+// LoadConfig reads defaults, then the environment, then flags from args.
+func LoadConfig(args []string, getenv func(string) string, stderr io.Writer) (Config, error) {
 	fs := flag.NewFlagSet("messaging-api", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	values := make([]*string, len(settings))
@@ -273,8 +273,8 @@ func loadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 	return cfg, errors.Join(errs...)
 }
 
-// logValue lists the settings with secrets masked, for the start-up log line.
-func (c Config) logValue() slog.Value {
+// LogValue lists the settings with secrets masked, for the start-up log line.
+func (c Config) LogValue() slog.Value {
 	return slog.GroupValue(
 		slog.String("http_addr", c.HTTP.Addr),
 		slog.String("database_url", store.Redact(c.DatabaseURL)),
@@ -295,7 +295,8 @@ func (c Config) logValue() slog.Value {
 	)
 }
 
-func newLogger(cfg Config, w io.Writer) *slog.Logger {
+// NewLogger is the service's logger as cfg configures it.
+func NewLogger(cfg Config, w io.Writer) *slog.Logger {
 	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
 	if cfg.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(w, opts))

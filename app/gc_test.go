@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"math"
@@ -21,16 +21,16 @@ func TestTuneGC(t *testing.T) {
 	}
 	limit := func(n int64, ok bool) func() (int64, bool) { return func() (int64, bool) { return n, ok } }
 
-	tuneGC(env(map[string]string{"GOGC": "123", "GOMEMLIMIT": "1GiB"}), limit(1000<<20, true))
+	TuneGC(env(map[string]string{"GOGC": "123", "GOMEMLIMIT": "1GiB"}), limit(1000<<20, true))
 	if got := gcSettings(); got != "GOGC=123 GOMEMLIMIT=none" {
 		t.Errorf("both set in the environment: %s, want both left alone", got)
 	}
-	tuneGC(env(nil), limit(0, false))
+	TuneGC(env(nil), limit(0, false))
 	if got := gcSettings(); got != "GOGC=400 GOMEMLIMIT=none" {
 		t.Errorf("nothing set, no cgroup limit: %s", got)
 	}
 	debug.SetGCPercent(100)
-	tuneGC(env(map[string]string{"GOGC": ""}), limit(1000<<20, true))
+	TuneGC(env(map[string]string{"GOGC": ""}), limit(1000<<20, true))
 	if got := gcSettings(); got != "GOGC=400 GOMEMLIMIT=800MiB" {
 		t.Errorf("empty GOGC, a 1000 MiB cgroup: %s, want GOGC=400 and 80 %% of the limit", got)
 	}

@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"bufio"
@@ -24,10 +24,10 @@ const defaultGCPercent = 400
 // the process over its container's limit.
 const memoryLimitShare = 0.8
 
-// tuneGC applies defaultGCPercent unless GOGC is set, and a soft memory limit
+// TuneGC applies defaultGCPercent unless GOGC is set, and a soft memory limit
 // of memoryLimitShare of the cgroup's limit unless GOMEMLIMIT is set or there
 // is no such limit. An empty variable counts as not set.
-func tuneGC(lookupEnv func(string) (string, bool), cgroupLimit func() (int64, bool)) {
+func TuneGC(lookupEnv func(string) (string, bool), cgroupLimit func() (int64, bool)) {
 	if v, _ := lookupEnv("GOGC"); v == "" {
 		debug.SetGCPercent(defaultGCPercent)
 	}
@@ -59,9 +59,9 @@ func gcSettings() string {
 	return "GOGC=" + gogc + " GOMEMLIMIT=" + limit
 }
 
-// cgroupMemoryLimit is the smallest memory limit of this process's cgroup and
+// CgroupMemoryLimit is the smallest memory limit of this process's cgroup and
 // its ancestors, cgroup v2 or v1.
-func cgroupMemoryLimit() (int64, bool) {
+func CgroupMemoryLimit() (int64, bool) {
 	self, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return 0, false

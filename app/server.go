@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"context"
@@ -25,34 +25,24 @@ import (
 	"github.com/roomhub/messaging-api/subscriptions"
 )
 
-// brokerConn is what the HTTP server needs of the broker.
-type brokerConn interface {
+// BrokerConn is what the HTTP server needs of the broker.
+type BrokerConn interface {
 	subscriptions.Queues
 	pull.Consumer
 	Connected() bool
 }
 
-// relayState is what the HTTP server needs of the outbox relay.
-type relayState interface {
+// RelayState is what the HTTP server needs of the outbox relay.
+type RelayState interface {
 	publish.Notifier
 	Healthy() error
 }
 
-// newServer builds the echo server; without withAPI (a dispatcher-only
-// process) it serves only the health endpoints.
-func newServer(cfg Config, logger *slog.Logger, db *store.DB, b brokerConn, relay relayState, withAPI bool) *echo.Echo {
-	e, _ := newServerWithPull(cfg, logger, db, b, relay, withAPI)
-	return e
-}
-
-// newServerWithPull is newServer that also returns the pull service, whose
-// lease reaper the caller runs (nil without the API).
-func newServerWithPull(cfg Config, logger *slog.Logger, db *store.DB, b brokerConn, relay relayState, withAPI bool) (*echo.Echo, *pull.Service) {
-	return newServerWithMetrics(cfg, logger, db, b, relay, withAPI, metrics.New(metrics.Options{RoomLabel: cfg.Metrics.RoomLabel}))
-}
-
-// newServerWithMetrics is newServerWithPull recording into m, which /metrics serves.
-func newServerWithMetrics(cfg Config, logger *slog.Logger, db *store.DB, b brokerConn, relay relayState, withAPI bool, m *metrics.Metrics) (*echo.Echo, *pull.Service) {
+// NewHandler builds the HTTP server of a process recording into m, which
+// /metrics serves; without withAPI (a dispatcher) it serves only the health
+// endpoints and /metrics. It returns the pull service too, whose lease reaper
+// the caller runs (nil without the API).
+func NewHandler(cfg Config, logger *slog.Logger, db *store.DB, b BrokerConn, relay RelayState, withAPI bool, m *metrics.Metrics) (*echo.Echo, *pull.Service) {
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
@@ -83,15 +73,15 @@ func newServerWithMetrics(cfg Config, logger *slog.Logger, db *store.DB, b broke
 	if withAPI {
 		stats.Leases = db.Leases().Outstanding
 	}
-	m.CollectStore(stats, 2*time.Second, clock, logger)
+	m.CollectStore(stats, 2*time.Second, Clock, logger)
 	if !withAPI {
 		return e, nil
 	}
 
-	roomSvc := rooms.NewService(db.Rooms(), subscriptions.QueueCleanup{Queues: b, Logger: logger}, clock)
-	subSvc := subscriptions.NewService(db.Subscriptions(), roomSvc, b, cfg.PushTarget.CheckURL, clock, logger)
+	roomSvc := rooms.NewService(db.Rooms(), subscriptions.QueueCleanup{Queues: b, Logger: logger}, Clock)
+	subSvc := subscriptions.NewService(db.Subscriptions(), roomSvc, b, cfg.PushTarget.CheckURL, Clock, logger)
 	subSvc.SetMaxPerRoom(cfg.Limits.MaxRoomSubscriptions)
-	pullSvc := pull.NewService(subSvc, db.Push(), b, db.Leases(), relay, clock, rand.Float64, logger)
+	pullSvc := pull.NewService(subSvc, db.Push(), b, db.Leases(), relay, Clock, rand.Float64, logger)
 	pullSvc.Observe(m)
 	v1 := e.Group("/v1")
 	catalog := publish.NewCache(roomSvc, db.Subscriptions(), cfg.CatalogCacheTTL, time.Now)
@@ -101,21 +91,21 @@ func newServerWithMetrics(cfg Config, logger *slog.Logger, db *store.DB, b broke
 	invalidate := func(uuid.UUID) { catalog.Invalidate() }
 	roomSvc.OnChange(invalidate)
 	subSvc.OnChange(invalidate)
-	keys := newKeyService(db, roomSvc)
+	keys := NewKeyService(db, roomSvc)
 	if !cfg.Auth.Disabled {
 		e.Use(under("/v1", keys.Middleware(authResolver{rooms: catalog, subs: subSvc})))
 	}
 	keys.Routes(v1)
 	rooms.Routes(v1, roomSvc)
 	subscriptions.Routes(v1, subSvc)
-	pubSvc := publish.NewService(catalog, catalog, db.Events(), relay, cfg.PushQueue, clock)
+	pubSvc := publish.NewService(catalog, catalog, db.Events(), relay, cfg.PushQueue, Clock)
 	pubSvc.Observe(m)
 	pubSvc.SetLimits(publish.Limits{
 		MaxPayload: cfg.Limits.MaxPayload,
 		Take:       auth.NewRateLimiter(cfg.Limits.PublishRate, cfg.Limits.PublishBurst, time.Now).Take,
 	})
 	publish.Routes(v1, pubSvc)
-	push.NewDeadLetters(db.Push(), subSvc, relay, cfg.PushQueue, clock).Observe(m).Routes(v1)
+	push.NewDeadLetters(db.Push(), subSvc, relay, cfg.PushQueue, Clock).Observe(m).Routes(v1)
 	retry.Routes(v1, subSvc)
 	pullSvc.Routes(v1)
 	return e, pullSvc
@@ -160,9 +150,9 @@ func (r authResolver) SubscriptionOwner(ctx context.Context, roomRef, id string)
 	return s.Owner, err
 }
 
-// clock is the service's time: UTC, truncated to what PostgreSQL stores
+// Clock is the service's time: UTC, truncated to what PostgreSQL stores
 // (microseconds), so a value answered at creation equals the one read back.
-func clock() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
+func Clock() time.Time { return time.Now().UTC().Truncate(time.Microsecond) }
 
 type readyResponse struct {
 	Status string            `json:"status"`
@@ -171,7 +161,7 @@ type readyResponse struct {
 
 // readiness answers 200 when the database answers, the broker is connected
 // and the outbox relay's last round worked, else 503 naming what is down.
-func readiness(db *store.DB, b brokerConn, relay relayState) echo.HandlerFunc {
+func readiness(db *store.DB, b BrokerConn, relay RelayState) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
 		defer cancel()
