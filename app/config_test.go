@@ -95,7 +95,11 @@ func TestPasswordsNeverShown(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var logs bytes.Buffer
-			err := run(t.Context(), tc.args, func(k string) string { return tc.env[k] }, &logs)
+			command, args := "serve", tc.args
+			if len(args) > 0 {
+				command, args = args[0], args[1:]
+			}
+			err := app.Main(t.Context(), command, args, func(k string) string { return tc.env[k] }, &logs)
 			if err == nil {
 				t.Fatal("the process started")
 			}

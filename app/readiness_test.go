@@ -1,15 +1,13 @@
-package app
+package app_test
 
 import (
 	"errors"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/roomhub/messaging-api/app/apptest"
 	"github.com/roomhub/messaging-api/store"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
@@ -31,21 +29,21 @@ func TestReadyzReportsEachDependency(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name      string
-		breakIt   func(db *store.DB, q *fakeQueues, r *switchRelay)
+		breakIt   func(db *store.DB, q *apptest.Queues, r *switchRelay)
 		wantCode  int
 		wantCheck map[string]string
 	}{
-		{"all up", func(*store.DB, *fakeQueues, *switchRelay) {}, 200,
+		{"all up", func(*store.DB, *apptest.Queues, *switchRelay) {}, 200,
 			map[string]string{"database": "ok", "broker": "ok", "outbox": "ok"}},
-		{"broker down", func(_ *store.DB, q *fakeQueues, _ *switchRelay) { q.down = true }, 503,
+		{"broker down", func(_ *store.DB, q *apptest.Queues, _ *switchRelay) { q.SetDown(true) }, 503,
 			map[string]string{"database": "ok", "broker": "disconnected", "outbox": "ok"}},
-		{"outbox relay failing", func(_ *store.DB, _ *fakeQueues, r *switchRelay) { r.failing.Store(true) }, 503,
+		{"outbox relay failing", func(_ *store.DB, _ *apptest.Queues, r *switchRelay) { r.failing.Store(true) }, 503,
 			map[string]string{"database": "ok", "broker": "ok", "outbox": "failing"}},
-		{"database unreachable", func(db *store.DB, _ *fakeQueues, _ *switchRelay) { _ = db.Close() }, 503,
+		{"database unreachable", func(db *store.DB, _ *apptest.Queues, _ *switchRelay) { _ = db.Close() }, 503,
 			map[string]string{"database": "unreachable", "broker": "ok", "outbox": "ok"}},
-		{"everything down", func(db *store.DB, q *fakeQueues, r *switchRelay) {
+		{"everything down", func(db *store.DB, q *apptest.Queues, r *switchRelay) {
 			_ = db.Close()
-			q.down = true
+			q.SetDown(true)
 			r.failing.Store(true)
 		}, 503, map[string]string{"database": "unreachable", "broker": "disconnected", "outbox": "failing"}},
 	}
@@ -53,14 +51,12 @@ func TestReadyzReportsEachDependency(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			db := storetest.Open(t, store.SQLite)
-			q, relay := &fakeQueues{}, &switchRelay{}
-			srv := httptest.NewServer(newServer(testConfig(), slog.New(slog.NewTextHandler(io.Discard, nil)), db, q, relay, true))
-			t.Cleanup(srv.Close)
-			a := &testAPI{t: t, srv: srv, queues: q, db: db}
-			want(t, a.do("GET", "/readyz", nil), 200)
+			q, relay := &apptest.Queues{}, &switchRelay{}
+			a := apptest.Serve(t, db, q, relay, apptest.Config())
+			apptest.Want(t, a.Do("GET", "/readyz", nil), 200)
 			tt.breakIt(db, q, relay)
-			r := a.do("GET", "/readyz", nil)
-			want(t, r, tt.wantCode)
+			r := a.Do("GET", "/readyz", nil)
+			apptest.Want(t, r, tt.wantCode)
 			body := r.JSON(t)
 			checks, _ := body["checks"].(map[string]any)
 			for k, v := range tt.wantCheck {
@@ -72,12 +68,10 @@ func TestReadyzReportsEachDependency(t *testing.T) {
 				t.Errorf("status %v, want %s", body["status"], wantStatus)
 			}
 			// Recovery of what can come back in place.
-			q.mu.Lock()
-			q.down = false
-			q.mu.Unlock()
+			q.SetDown(false)
 			relay.failing.Store(false)
 			if tt.name != "database unreachable" && tt.name != "everything down" {
-				want(t, a.do("GET", "/readyz", nil), 200)
+				apptest.Want(t, a.Do("GET", "/readyz", nil), 200)
 			}
 		})
 	}
@@ -87,17 +81,17 @@ func TestReadyzReportsEachDependency(t *testing.T) {
 // the text format, and labels requests by route template, never by path.
 func TestMetricsEndpoint(t *testing.T) {
 	t.Parallel()
-	a := newTestAPI(t, store.SQLite)
-	want(t, a.do("POST", "/v1/rooms", map[string]any{"identifier": "m-room", "managerIdentifier": "m"}), 201)
-	want(t, a.do("GET", "/v1/rooms/m-room", nil), 200)
-	want(t, a.do("GET", "/v1/rooms/no-such-room", nil), 404)
-	want(t, a.do("GET", "/no/such/route", nil), 404)
-	r := a.do("GET", "/metrics", nil)
-	want(t, r, 200)
+	a := apptest.New(t, store.SQLite)
+	apptest.Want(t, a.Do("POST", "/v1/rooms", map[string]any{"identifier": "m-room", "managerIdentifier": "m"}), 201)
+	apptest.Want(t, a.Do("GET", "/v1/rooms/m-room", nil), 200)
+	apptest.Want(t, a.Do("GET", "/v1/rooms/no-such-room", nil), 404)
+	apptest.Want(t, a.Do("GET", "/no/such/route", nil), 404)
+	r := a.Do("GET", "/metrics", nil)
+	apptest.Want(t, r, 200)
 	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "text/plain; version=0.0.4") {
 		t.Errorf("Content-Type %q", ct)
 	}
-	m := scrape(t, a.srv.URL)
+	m := apptest.Scrape(t, a.URL)
 	for _, c := range []struct {
 		route, status string
 		want          float64
@@ -107,16 +101,16 @@ func TestMetricsEndpoint(t *testing.T) {
 		{"/v1/rooms/:roomId", "404", 1},
 		{"unmatched", "404", 1},
 	} {
-		if got := sum(m, "messaging_http_request_duration_seconds_count", "route", c.route, "status", c.status); got != c.want {
+		if got := apptest.Sum(m, "messaging_http_request_duration_seconds_count", "route", c.route, "status", c.status); got != c.want {
 			t.Errorf("requests to %s with %s: %v, want %v", c.route, c.status, got, c.want)
 		}
 	}
 	for _, s := range m {
-		if strings.Contains(s.labels["route"], "room") && !strings.Contains(s.labels["route"], ":roomId") && s.labels["route"] != "/v1/rooms" {
+		if strings.Contains(s.Labels["route"], "room") && !strings.Contains(s.Labels["route"], ":roomId") && s.Labels["route"] != "/v1/rooms" {
 			t.Errorf("raw path in a route label: %v", s)
 		}
 	}
-	if got := sum(m, "messaging_store_stats_up"); got != 1 {
+	if got := apptest.Sum(m, "messaging_store_stats_up"); got != 1 {
 		t.Errorf("store stats up %v", got)
 	}
 	_ = http.StatusOK

@@ -1,9 +1,11 @@
-package main
+package app_test
 
 import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"github.com/roomhub/messaging-api/app/apptest"
 )
 
 // TestProtocolAnswers: 415 for a body that is not JSON, 405 with Allow for
@@ -11,16 +13,16 @@ import (
 // event type does not exist, no-store on answers with a secret.
 func TestProtocolAnswers(t *testing.T) {
 	t.Parallel()
-	a := newTestAPI(t, "sqlite")
-	a.seed(t)
+	a := apptest.New(t, "sqlite")
+	a.Seed(t)
 
-	send := func(method, path, contentType, body string) response {
+	send := func(method, path, contentType, body string) apptest.Response {
 		t.Helper()
 		h := map[string]string{}
 		if contentType != "-" {
 			h["Content-Type"] = contentType
 		}
-		return a.raw(method, path, body, h)
+		return raw(a, method, path, body, h)
 	}
 	for _, tc := range []struct {
 		name, method, path, contentType, body string
@@ -38,7 +40,7 @@ func TestProtocolAnswers(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := send(tc.method, tc.path, tc.contentType, tc.body)
-			want(t, r, tc.status)
+			apptest.Want(t, r, tc.status)
 		})
 	}
 
@@ -49,55 +51,55 @@ func TestProtocolAnswers(t *testing.T) {
 			"/v1/rooms/orders/messages:batch":           {"POST"},
 			"/v1/rooms/orders/event-types/x/versions/1": {"GET", "DELETE"},
 		} {
-			r := a.do("PUT", path, `{}`)
-			want(t, r, http.StatusMethodNotAllowed)
+			r := a.Do("PUT", path, `{}`)
+			apptest.Want(t, r, http.StatusMethodNotAllowed)
 			for _, m := range allow {
 				if !strings.Contains(r.Header.Get("Allow"), m) {
 					t.Errorf("PUT %s: Allow %q lacks %s", path, r.Header.Get("Allow"), m)
 				}
 			}
 		}
-		want(t, a.do("PUT", "/v1/nothing", `{}`), http.StatusNotFound)
+		apptest.Want(t, a.Do("PUT", "/v1/nothing", `{}`), http.StatusNotFound)
 	})
 
 	t.Run("batch names the message", func(t *testing.T) {
-		r := a.do("POST", "/v1/rooms/orders/messages:batch", `{"messages":[
+		r := a.Do("POST", "/v1/rooms/orders/messages:batch", `{"messages":[
 			{"eventType":"order.created","payload":{"orderId":"1"}},
 			{"eventType":"order.created","eventTypeVersion":9,"payload":{"orderId":"1"}}]}`)
-		want(t, r, http.StatusNotFound)
-		if !namesField(t, r, "messages[1].eventTypeVersion") {
+		apptest.Want(t, r, http.StatusNotFound)
+		if !apptest.NamesField(t, r, "messages[1].eventTypeVersion") {
 			t.Errorf("the version is not named: %s", r.Body)
 		}
-		r = a.do("POST", "/v1/rooms/orders/messages:batch", `{"messages":[
+		r = a.Do("POST", "/v1/rooms/orders/messages:batch", `{"messages":[
 			{"eventType":"order.created","payload":{"orderId":"1"}},
 			{"eventType":"order.created","payload":{"orderId":"1"}},
 			{"eventType":"order.deleted","payload":{}}]}`)
-		want(t, r, http.StatusNotFound)
-		if !namesField(t, r, "messages[2].eventType") || !strings.Contains(r.JSON(t)["detail"].(string), "messages[2].eventType") {
+		apptest.Want(t, r, http.StatusNotFound)
+		if !apptest.NamesField(t, r, "messages[2].eventType") || !strings.Contains(r.JSON(t)["detail"].(string), "messages[2].eventType") {
 			t.Errorf("the message is not named: %s", r.Body)
 		}
 	})
 
 	t.Run("no-store", func(t *testing.T) {
-		r := a.do("POST", "/v1/rooms/orders/subscriptions", `{"type":"PUSH","pushUrl":"http://127.0.0.1:9/hook","eventTypes":[{"eventType":"order.created"}]}`)
-		want(t, r, http.StatusCreated)
+		r := a.Do("POST", "/v1/rooms/orders/subscriptions", `{"type":"PUSH","pushUrl":"http://127.0.0.1:9/hook","eventTypes":[{"eventType":"order.created"}]}`)
+		apptest.Want(t, r, http.StatusCreated)
 		if r.Header.Get("Cache-Control") != "no-store" {
 			t.Errorf("subscription creation: Cache-Control %q", r.Header.Get("Cache-Control"))
 		}
-		r = a.do("POST", "/v1/rooms/orders/subscriptions/"+r.JSON(t)["id"].(string)+"/secret:rotate", nil)
-		want(t, r, http.StatusOK)
+		r = a.Do("POST", "/v1/rooms/orders/subscriptions/"+r.JSON(t)["id"].(string)+"/secret:rotate", nil)
+		apptest.Want(t, r, http.StatusOK)
 		if r.Header.Get("Cache-Control") != "no-store" {
 			t.Errorf("rotation: Cache-Control %q", r.Header.Get("Cache-Control"))
 		}
-		r = a.do("POST", "/v1/api-keys", `{"name":"k","role":"admin"}`)
-		want(t, r, http.StatusCreated)
+		r = a.Do("POST", "/v1/api-keys", `{"name":"k","role":"admin"}`)
+		apptest.Want(t, r, http.StatusCreated)
 		if r.Header.Get("Cache-Control") != "no-store" {
 			t.Errorf("API key creation: Cache-Control %q", r.Header.Get("Cache-Control"))
 		}
 	})
 
 	t.Run("431", func(t *testing.T) {
-		r := a.raw("GET", "/v1/rooms", "", map[string]string{"X-Pad": strings.Repeat("a", 100<<10)})
+		r := raw(a, "GET", "/v1/rooms", "", map[string]string{"X-Pad": strings.Repeat("a", 100<<10)})
 		if r.Status != http.StatusRequestHeaderFieldsTooLarge || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/problem+json") {
 			t.Fatalf("%d %q: %s", r.Status, r.Header.Get("Content-Type"), r.Body)
 		}
@@ -111,13 +113,13 @@ func Test405WithKeys(t *testing.T) {
 	f := newAuthFixture(t, "sqlite")
 	for _, role := range []string{"a", "m", "p"} {
 		r := f.as(role, "PUT", "/v1/rooms/"+f.roomA, `{}`)
-		want(t, r, http.StatusMethodNotAllowed)
+		apptest.Want(t, r, http.StatusMethodNotAllowed)
 		if !strings.Contains(r.Header.Get("Allow"), "GET") {
 			t.Errorf("%s: Allow %q", role, r.Header.Get("Allow"))
 		}
 	}
 	// Without a key: 401 first, as for every path under /v1.
-	req, _ := http.NewRequest(http.MethodPut, f.srv.URL+"/v1/rooms/"+f.roomA, nil)
+	req, _ := http.NewRequest(http.MethodPut, f.URL+"/v1/rooms/"+f.roomA, nil)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
@@ -131,15 +133,15 @@ func Test405WithKeys(t *testing.T) {
 // raw sends body as it is with exactly the headers given (no Content-Type
 // unless given) and checks the answer against the spec, but for a 431,
 // which any route may answer.
-func (a *testAPI) raw(method, path, body string, headers map[string]string) response {
-	a.t.Helper()
+func raw(a *apptest.API, method, path, body string, headers map[string]string) apptest.Response {
+	a.T.Helper()
 	var b []byte
 	if body != "" {
 		b = []byte(body)
 	}
-	r := a.send(method, path, b, headers)
+	r := a.Send(method, path, b, headers)
 	if r.Status != http.StatusRequestHeaderFieldsTooLarge {
-		a.checkSpec(method, path, b, r)
+		a.CheckSpec(method, path, b, r)
 	}
 	return r
 }

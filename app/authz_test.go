@@ -1,4 +1,4 @@
-package main
+package app_test
 
 import (
 	"context"
@@ -15,7 +15,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/app"
+	"github.com/roomhub/messaging-api/app/apptest"
 	"github.com/roomhub/messaging-api/auth"
+	"github.com/roomhub/messaging-api/metrics"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/store"
 	"github.com/roomhub/messaging-api/store/storetest"
@@ -74,7 +77,7 @@ var routeAccess = map[string]string{
 // team-a) and B (team-b), event type order.created v1 in each, a key of every
 // role reaching room A, and subscriptions in A owned by sub-a and sub-b.
 type authFixture struct {
-	*testAPI
+	*apptest.API
 	roomA, roomB   string
 	subA, subOther string // in room A, owned by sub-a and sub-b
 	subB           string // in room B
@@ -83,16 +86,16 @@ type authFixture struct {
 	fresh          atomic.Int64
 }
 
-func authConfig() Config {
-	cfg := testConfig()
+func authConfig() app.Config {
+	cfg := apptest.Config()
 	cfg.Auth.Disabled = false
 	return cfg
 }
 
 func newAuthFixture(t *testing.T, d store.Dialect) *authFixture {
 	t.Helper()
-	f := &authFixture{testAPI: newTestAPIConfig(t, d, authConfig()), keys: map[byte]string{}}
-	keys := newKeyService(f.db, rooms.NewService(f.db.Rooms(), noCleanup{}, clock))
+	f := &authFixture{API: apptest.NewConfig(t, d, authConfig()), keys: map[byte]string{}}
+	keys := app.NewKeyService(f.DB, rooms.NewService(f.DB.Rooms(), app.NoCleanup{}, app.Clock))
 	k, token, err := keys.Create(context.Background(), auth.Spec{Name: "test admin", Role: api.RoleAdmin})
 	if err != nil {
 		t.Fatal(err)
@@ -113,8 +116,8 @@ func newAuthFixture(t *testing.T, d store.Dialect) *authFixture {
 }
 
 // as sends a request with key (role letter, or a raw token).
-func (f *authFixture) as(who string, method, path string, body any) response {
-	f.t.Helper()
+func (f *authFixture) as(who string, method, path string, body any) apptest.Response {
+	f.T.Helper()
 	h := map[string]string{}
 	switch {
 	case len(who) == 1:
@@ -122,24 +125,24 @@ func (f *authFixture) as(who string, method, path string, body any) response {
 	case who != "":
 		h["Authorization"] = who
 	}
-	return f.doHeaders(method, path, body, h)
+	return f.DoHeaders(method, path, body, h)
 }
 
 func (f *authFixture) room(t *testing.T, manager string) string {
 	t.Helper()
 	name := fmt.Sprintf("room-%d", f.fresh.Add(1))
 	r := f.as("a", "POST", "/v1/rooms", map[string]any{"identifier": name, "managerIdentifier": manager})
-	want(t, r, http.StatusCreated)
+	apptest.Want(t, r, http.StatusCreated)
 	id := r.JSON(t)["id"].(string)
-	want(t, f.as("a", "POST", "/v1/rooms/"+id+"/event-types", map[string]any{"identifier": "order.created"}), http.StatusCreated)
-	want(t, f.as("a", "POST", "/v1/rooms/"+id+"/event-types/order.created/versions", `{"schema":`+orderSchema+`}`), http.StatusCreated)
+	apptest.Want(t, f.as("a", "POST", "/v1/rooms/"+id+"/event-types", map[string]any{"identifier": "order.created"}), http.StatusCreated)
+	apptest.Want(t, f.as("a", "POST", "/v1/rooms/"+id+"/event-types/order.created/versions", `{"schema":`+apptest.OrderSchema+`}`), http.StatusCreated)
 	return id
 }
 
 func (f *authFixture) key(t *testing.T, spec map[string]any) string {
 	t.Helper()
 	r := f.as("a", "POST", "/v1/api-keys", spec)
-	want(t, r, http.StatusCreated)
+	apptest.Want(t, r, http.StatusCreated)
 	return r.JSON(t)["key"].(string)
 }
 
@@ -150,7 +153,7 @@ func (f *authFixture) subscription(t *testing.T, room, owner string) string {
 		body["owner"] = owner
 	}
 	r := f.as("a", "POST", "/v1/rooms/"+room+"/subscriptions", body)
-	want(t, r, http.StatusCreated)
+	apptest.Want(t, r, http.StatusCreated)
 	return r.JSON(t)["id"].(string)
 }
 
@@ -193,7 +196,7 @@ func (f *authFixture) request(t *testing.T, route string, inside bool) (method, 
 		"POST /v1/rooms":                                                           map[string]any{"identifier": "new-" + strconv.FormatInt(n, 10), "managerIdentifier": "team-a"},
 		"PATCH /v1/rooms/:roomId":                                                  map[string]any{"deliveryAttempts": 3},
 		"POST /v1/rooms/:roomId/event-types":                                       map[string]any{"identifier": "type-" + strconv.FormatInt(n, 10)},
-		"POST /v1/rooms/:roomId/event-types/:eventType/versions":                   `{"schema":` + orderSchema + `}`,
+		"POST /v1/rooms/:roomId/event-types/:eventType/versions":                   `{"schema":` + apptest.OrderSchema + `}`,
 		"POST /v1/rooms/:roomId/messages":                                          map[string]any{"eventType": "order.created", "payload": map[string]any{"orderId": "1"}},
 		"POST /v1/rooms/:roomId/messages\\:batch":                                  map[string]any{"messages": []any{map[string]any{"eventType": "order.created", "payload": map[string]any{"orderId": "1"}}}},
 		"POST /v1/rooms/:roomId/subscriptions":                                     map[string]any{"type": "PULL", "eventTypes": []any{map[string]any{"eventType": "order.created"}}},
@@ -218,7 +221,7 @@ func TestAuthorizationTable(t *testing.T) {
 	t.Parallel()
 	f := newAuthFixture(t, store.SQLite)
 
-	srv := newServer(authConfig(), slog.New(slog.DiscardHandler), f.db, &fakeQueues{}, idleRelay{}, true)
+	srv, _ := app.NewHandler(authConfig(), slog.New(slog.DiscardHandler), f.DB, &apptest.Queues{}, apptest.IdleRelay{}, true, metrics.New(metrics.Options{}))
 	var routes []string
 	for _, r := range srv.Routes() {
 		if !strings.HasPrefix(r.Path, "/v1/") || strings.HasSuffix(r.Path, "*") {
@@ -279,9 +282,9 @@ func TestAuthorizationScope(t *testing.T) {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
 			f := newAuthFixture(t, d)
-			ids := func(r response) []string {
+			ids := func(r apptest.Response) []string {
 				t.Helper()
-				want(t, r, http.StatusOK)
+				apptest.Want(t, r, http.StatusOK)
 				var out []string
 				for _, it := range r.JSON(t)["items"].([]any) {
 					out = append(out, it.(map[string]any)["id"].(string))
@@ -305,57 +308,57 @@ func TestAuthorizationScope(t *testing.T) {
 			}
 
 			// Another subscriber's subscription is as good as absent.
-			want(t, f.as("s", "GET", "/v1/rooms/"+f.roomA+"/subscriptions/"+f.subOther, nil), http.StatusNotFound)
-			want(t, f.as("s", "POST", "/v1/rooms/"+f.roomA+"/subscriptions/"+f.subOther+"/pull", map[string]any{"maxMessages": 1}), http.StatusNotFound)
+			apptest.Want(t, f.as("s", "GET", "/v1/rooms/"+f.roomA+"/subscriptions/"+f.subOther, nil), http.StatusNotFound)
+			apptest.Want(t, f.as("s", "POST", "/v1/rooms/"+f.roomA+"/subscriptions/"+f.subOther+"/pull", map[string]any{"maxMessages": 1}), http.StatusNotFound)
 			// A room outside reach answers the same whether it exists or not.
 			r1 := f.as("m", "GET", "/v1/rooms/"+f.roomB, nil)
 			r2 := f.as("m", "GET", "/v1/rooms/"+uuid.NewString(), nil)
-			want(t, r1, http.StatusForbidden)
-			want(t, r2, http.StatusForbidden)
+			apptest.Want(t, r1, http.StatusForbidden)
+			apptest.Want(t, r2, http.StatusForbidden)
 			if strings.Contains(string(r1.Body), "team-b") {
 				t.Errorf("403 leaks the room's manager: %s", r1.Body)
 			}
 
 			// A subscriber's new subscription is its own; it cannot give one away.
 			r := f.as("s", "POST", "/v1/rooms/"+f.roomA+"/subscriptions", map[string]any{"type": "PULL", "eventTypes": []any{map[string]any{"eventType": "order.created"}}})
-			want(t, r, http.StatusCreated)
+			apptest.Want(t, r, http.StatusCreated)
 			if o := r.JSON(t)["owner"]; o != "sub-a" {
 				t.Errorf("owner %v, want sub-a", o)
 			}
-			want(t, f.as("s", "POST", "/v1/rooms/"+f.roomA+"/subscriptions", map[string]any{"type": "PULL", "owner": "sub-b",
+			apptest.Want(t, f.as("s", "POST", "/v1/rooms/"+f.roomA+"/subscriptions", map[string]any{"type": "PULL", "owner": "sub-b",
 				"eventTypes": []any{map[string]any{"eventType": "order.created"}}}), http.StatusForbidden)
 
 			// Managers create rooms they manage, and cannot hand them away.
 			r = f.as("m", "POST", "/v1/rooms", map[string]any{"identifier": "mine"})
-			want(t, r, http.StatusCreated)
+			apptest.Want(t, r, http.StatusCreated)
 			if m := r.JSON(t)["managerIdentifier"]; m != "team-a" {
 				t.Errorf("managerIdentifier %v, want the manager's subject team-a", m)
 			}
-			want(t, f.as("m", "POST", "/v1/rooms", map[string]any{"identifier": "theirs", "managerIdentifier": "team-b"}), http.StatusForbidden)
-			want(t, f.as("m", "PATCH", "/v1/rooms/"+f.roomA, map[string]any{"managerIdentifier": "team-b"}), http.StatusForbidden)
+			apptest.Want(t, f.as("m", "POST", "/v1/rooms", map[string]any{"identifier": "theirs", "managerIdentifier": "team-b"}), http.StatusForbidden)
+			apptest.Want(t, f.as("m", "PATCH", "/v1/rooms/"+f.roomA, map[string]any{"managerIdentifier": "team-b"}), http.StatusForbidden)
 
 			// Publishers publish only the event types granted, in batches too.
-			want(t, f.as("a", "POST", "/v1/rooms/"+f.roomA+"/event-types", map[string]any{"identifier": "order.paid"}), http.StatusCreated)
-			want(t, f.as("p", "POST", "/v1/rooms/"+f.roomA+"/messages", map[string]any{"eventType": "order.created", "payload": map[string]any{"orderId": "1"}}), http.StatusAccepted)
+			apptest.Want(t, f.as("a", "POST", "/v1/rooms/"+f.roomA+"/event-types", map[string]any{"identifier": "order.paid"}), http.StatusCreated)
+			apptest.Want(t, f.as("p", "POST", "/v1/rooms/"+f.roomA+"/messages", map[string]any{"eventType": "order.created", "payload": map[string]any{"orderId": "1"}}), http.StatusAccepted)
 			r = f.as("p", "POST", "/v1/rooms/"+f.roomA+"/messages:batch", map[string]any{"messages": []any{
 				map[string]any{"eventType": "order.created", "payload": map[string]any{"orderId": "1"}},
 				map[string]any{"eventType": "order.paid", "payload": map[string]any{}},
 			}})
-			want(t, r, http.StatusForbidden)
+			apptest.Want(t, r, http.StatusForbidden)
 			if !strings.Contains(string(r.Body), "messages[1].eventType") {
 				t.Errorf("403 does not name the field: %s", r.Body)
 			}
 
 			// Keys never show their secret after creation.
 			r = f.as("a", "GET", "/v1/api-keys", nil)
-			want(t, r, http.StatusOK)
+			apptest.Want(t, r, http.StatusOK)
 			for _, k := range f.keys {
 				if strings.Contains(string(r.Body), k) || strings.Contains(string(r.Body), auth.HashToken(k)) {
 					t.Fatalf("the key list shows a key or its hash: %s", r.Body)
 				}
 			}
 			r = f.as("s", "GET", "/v1/api-keys/current", nil)
-			want(t, r, http.StatusOK)
+			apptest.Want(t, r, http.StatusOK)
 			if m := r.JSON(t); m["role"] != "subscriber" || m["key"] != nil {
 				t.Errorf("current key: %v", m)
 			}
@@ -377,43 +380,43 @@ func TestAuthentication(t *testing.T) {
 			t.Errorf("%s: %d, want 401", name, r.Status)
 		}
 	}
-	want(t, f.as("a", "GET", "/v1/rooms", nil), http.StatusOK)
-	want(t, f.as("bearer "+f.keys['a'], "GET", "/v1/rooms", nil), http.StatusOK) // the scheme is case-insensitive
+	apptest.Want(t, f.as("a", "GET", "/v1/rooms", nil), http.StatusOK)
+	apptest.Want(t, f.as("bearer "+f.keys['a'], "GET", "/v1/rooms", nil), http.StatusOK) // the scheme is case-insensitive
 
 	// Revocation takes effect at once on the process that revoked.
 	victim := f.key(t, map[string]any{"name": "victim", "role": "manager", "subject": "team-a"})
-	want(t, f.as("Bearer "+victim, "GET", "/v1/rooms", nil), http.StatusOK)
+	apptest.Want(t, f.as("Bearer "+victim, "GET", "/v1/rooms", nil), http.StatusOK)
 	r := f.as("Bearer "+victim, "GET", "/v1/api-keys/current", nil)
-	want(t, r, http.StatusOK)
+	apptest.Want(t, r, http.StatusOK)
 	id := r.JSON(t)["id"].(string)
 	r = f.as("a", "DELETE", "/v1/api-keys/"+id, nil)
-	want(t, r, http.StatusOK)
+	apptest.Want(t, r, http.StatusOK)
 	if r.JSON(t)["revokedAt"] == nil {
 		t.Error("revoked key has no revokedAt")
 	}
-	want(t, f.as("Bearer "+victim, "GET", "/v1/rooms", nil), http.StatusUnauthorized)
+	apptest.Want(t, f.as("Bearer "+victim, "GET", "/v1/rooms", nil), http.StatusUnauthorized)
 
 	// An expired key is refused.
 	token, hash := auth.NewToken()
-	past := clock().Add(-time.Minute)
-	if err := f.db.Keys().CreateKey(context.Background(), auth.Key{ID: uuid.Must(uuid.NewV7()), Name: "old", Role: api.RoleAdmin,
+	past := app.Clock().Add(-time.Minute)
+	if err := f.DB.Keys().CreateKey(context.Background(), auth.Key{ID: uuid.Must(uuid.NewV7()), Name: "old", Role: api.RoleAdmin,
 		Prefix: token[:10], Hash: hash, CreatedAt: past.Add(-time.Hour), ExpiresAt: &past}); err != nil {
 		t.Fatal(err)
 	}
-	want(t, f.as("Bearer "+token, "GET", "/v1/rooms", nil), http.StatusUnauthorized)
+	apptest.Want(t, f.as("Bearer "+token, "GET", "/v1/rooms", nil), http.StatusUnauthorized)
 
 	// Key validation names the field.
 	r = f.as("a", "POST", "/v1/api-keys", map[string]any{"name": "m", "role": "manager"})
-	want(t, r, http.StatusUnprocessableEntity)
+	apptest.Want(t, r, http.StatusUnprocessableEntity)
 	if !strings.Contains(string(r.Body), `"subject"`) {
 		t.Errorf("manager key without subject: %s", r.Body)
 	}
 	r = f.as("a", "POST", "/v1/api-keys", map[string]any{"name": "p", "role": "publisher", "rooms": []any{map[string]any{"roomId": uuid.NewString()}}})
-	want(t, r, http.StatusUnprocessableEntity)
+	apptest.Want(t, r, http.StatusUnprocessableEntity)
 	if !strings.Contains(string(r.Body), "rooms[0].roomId") {
 		t.Errorf("grant of a missing room: %s", r.Body)
 	}
-	want(t, f.as("a", "POST", "/v1/api-keys", map[string]any{"name": "x", "role": "root"}), http.StatusUnprocessableEntity)
+	apptest.Want(t, f.as("a", "POST", "/v1/api-keys", map[string]any{"name": "x", "role": "root"}), http.StatusUnprocessableEntity)
 }
 
 // TestPublishRateLimit: a key's bucket empties, the 429 says when to retry,
@@ -425,45 +428,45 @@ func TestPublishRateLimit(t *testing.T) {
 		"rooms": []any{map[string]any{"roomId": f.roomA}}})
 	msg := map[string]any{"eventType": "order.created", "payload": map[string]any{"orderId": "1"}}
 	path := "/v1/rooms/" + f.roomA + "/messages"
-	want(t, f.as("Bearer "+slow, "POST", path, msg), http.StatusAccepted)
-	want(t, f.as("Bearer "+slow, "POST", path, msg), http.StatusAccepted)
+	apptest.Want(t, f.as("Bearer "+slow, "POST", path, msg), http.StatusAccepted)
+	apptest.Want(t, f.as("Bearer "+slow, "POST", path, msg), http.StatusAccepted)
 	r := f.as("Bearer "+slow, "POST", path, msg)
-	want(t, r, http.StatusTooManyRequests)
+	apptest.Want(t, r, http.StatusTooManyRequests)
 	if s, err := strconv.Atoi(r.Header.Get("Retry-After")); err != nil || s < 1 || s > 2 {
 		t.Errorf("Retry-After %q, want 1..2 s (0.5 events/s)", r.Header.Get("Retry-After"))
 	}
 	// A batch counts each event; a rejected request takes nothing.
-	want(t, f.as("Bearer "+slow, "POST", path+":batch", map[string]any{"messages": []any{msg, msg}}), http.StatusTooManyRequests)
-	want(t, f.as("p", "POST", path, msg), http.StatusAccepted)
+	apptest.Want(t, f.as("Bearer "+slow, "POST", path+":batch", map[string]any{"messages": []any{msg, msg}}), http.StatusTooManyRequests)
+	apptest.Want(t, f.as("p", "POST", path, msg), http.StatusAccepted)
 }
 
 // TestLimits: payload size and subscriptions per room.
 func TestLimits(t *testing.T) {
 	t.Parallel()
-	cfg := testConfig()
+	cfg := apptest.Config()
 	cfg.Limits.MaxPayload = 100
 	cfg.Limits.MaxRoomSubscriptions = 2
-	a := newTestAPIConfig(t, store.SQLite, cfg)
-	a.seed(t)
+	a := apptest.NewConfig(t, store.SQLite, cfg)
+	a.Seed(t)
 	big := map[string]any{"orderId": strings.Repeat("x", 200)}
-	r := a.do("POST", "/v1/rooms/orders/messages", map[string]any{"eventType": "order.created", "payload": big})
-	want(t, r, http.StatusUnprocessableEntity)
+	r := a.Do("POST", "/v1/rooms/orders/messages", map[string]any{"eventType": "order.created", "payload": big})
+	apptest.Want(t, r, http.StatusUnprocessableEntity)
 	if !strings.Contains(string(r.Body), `"payload"`) {
 		t.Errorf("oversized payload: %s", r.Body)
 	}
-	r = a.do("POST", "/v1/rooms/orders/messages:batch", map[string]any{"messages": []any{
+	r = a.Do("POST", "/v1/rooms/orders/messages:batch", map[string]any{"messages": []any{
 		map[string]any{"eventType": "order.created", "payload": map[string]any{"orderId": "1"}},
 		map[string]any{"eventType": "order.created", "payload": big},
 	}})
-	want(t, r, http.StatusUnprocessableEntity)
+	apptest.Want(t, r, http.StatusUnprocessableEntity)
 	if !strings.Contains(string(r.Body), "messages[1].payload") {
 		t.Errorf("oversized payload in a batch: %s", r.Body)
 	}
 	sub := map[string]any{"type": "PULL", "eventTypes": []any{map[string]any{"eventType": "order.created"}}}
-	want(t, a.do("POST", "/v1/rooms/orders/subscriptions", sub), http.StatusCreated)
-	want(t, a.do("POST", "/v1/rooms/orders/subscriptions", sub), http.StatusCreated)
-	r = a.do("POST", "/v1/rooms/orders/subscriptions", sub)
-	want(t, r, http.StatusConflict)
+	apptest.Want(t, a.Do("POST", "/v1/rooms/orders/subscriptions", sub), http.StatusCreated)
+	apptest.Want(t, a.Do("POST", "/v1/rooms/orders/subscriptions", sub), http.StatusCreated)
+	r = a.Do("POST", "/v1/rooms/orders/subscriptions", sub)
+	apptest.Want(t, r, http.StatusConflict)
 	if !strings.Contains(string(r.Body), "ROOM_MAX_SUBSCRIPTIONS") {
 		t.Errorf("cap reached: %s", r.Body)
 	}
