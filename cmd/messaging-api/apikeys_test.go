@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/roomhub/messaging-api/app/apptest"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
 
@@ -64,14 +65,14 @@ func TestStartWithoutKeys(t *testing.T) {
 	t.Parallel()
 	db := storetest.PostgresSchemaURL(t)
 	// The push target rule of startService below: the first process stores it.
-	env := map[string]string{"DATABASE_URL": db, "BROKER_URL": "embedded", "HTTP_ADDR": "127.0.0.1:0", "LOG_LEVEL": "error", "PUSH_ALLOWED_CIDRS": loopbackCIDRs}
+	env := map[string]string{"DATABASE_URL": db, "BROKER_URL": "embedded", "HTTP_ADDR": "127.0.0.1:0", "LOG_LEVEL": "error", "PUSH_ALLOWED_CIDRS": apptest.LoopbackCIDRs}
 	err := run(context.Background(), []string{"api"}, func(k string) string { return env[k] }, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "apikey create") {
 		t.Fatalf("started without any API key: %v", err)
 	}
 
 	const bootstrap = "mapi_bootstrap-key-for-the-test-0123456789"
-	base := startService(t, map[string]string{"DATABASE_URL": db, "AUTH_DISABLED": "", "AUTH_BOOTSTRAP_ADMIN_KEY": bootstrap})
+	base := apptest.StartService(t, map[string]string{"DATABASE_URL": db, "AUTH_DISABLED": "", "AUTH_BOOTSTRAP_ADMIN_KEY": bootstrap}).Base
 	get := func(key string) int {
 		req, _ := http.NewRequest(http.MethodGet, base+"/v1/api-keys/current", nil)
 		req.Header.Set("Authorization", "Bearer "+key)

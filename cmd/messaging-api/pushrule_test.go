@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/roomhub/messaging-api/app/apptest"
 )
 
 // mergeEnv is env with k set to v.
@@ -27,7 +29,7 @@ func mergeEnv(env map[string]string, k, v string) map[string]string {
 func TestOnePushRule(t *testing.T) {
 	t.Parallel()
 	db := "sqlite:" + filepath.Join(t.TempDir(), "rule.db")
-	startService(t, map[string]string{"DATABASE_URL": db}) // loopbackCIDRs allowed
+	apptest.StartService(t, map[string]string{"DATABASE_URL": db}) // loopback allowed
 
 	strict := map[string]string{"DATABASE_URL": db, "AUTH_DISABLED": "true", "PUSH_ALLOWED_CIDRS": ""}
 	getenv := func(env map[string]string) func(string) string { return func(k string) string { return env[k] } }
@@ -48,8 +50,8 @@ func TestOnePushRule(t *testing.T) {
 	if !strings.Contains(out.String(), "push target rule: allow=none https-only=false (was: allow=127.0.0.0/8,::1/128 https-only=false)") {
 		t.Errorf("push-rule says %q", out.String())
 	}
-	startService(t, strict)
-	old := map[string]string{"DATABASE_URL": db, "AUTH_DISABLED": "true", "PUSH_ALLOWED_CIDRS": loopbackCIDRs, "HTTP_ADDR": "127.0.0.1:0"}
+	apptest.StartService(t, strict)
+	old := map[string]string{"DATABASE_URL": db, "AUTH_DISABLED": "true", "PUSH_ALLOWED_CIDRS": apptest.LoopbackCIDRs, "HTTP_ADDR": "127.0.0.1:0"}
 	if err := run(ctx, []string{"api"}, getenv(old), &logs); err == nil || !strings.Contains(err.Error(), "differs") {
 		t.Fatalf("a process with the replaced rule: %v, want a refusal", err)
 	}

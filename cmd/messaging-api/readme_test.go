@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -12,97 +11,11 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/roomhub/messaging-api/app/apptest"
 )
-
-// startService runs the real binary's run() on a free port with the given
-// environment (authentication off unless env sets AUTH_DISABLED) and returns
-// its base URL; it stops with the test.
-func startService(t *testing.T, env map[string]string) string {
-	t.Helper()
-	base, _ := startServiceLogs(t, env)
-	return base
-}
-
-// startServiceLogs is startService that also returns the service's output.
-func startServiceLogs(t *testing.T, env map[string]string) (string, *syncBuffer) {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	_ = l.Close()
-	full := map[string]string{
-		"HTTP_ADDR":    addr,
-		"DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "readme.db"),
-		"BROKER_URL":   "embedded",
-		"LOG_LEVEL":    "error",
-		// Test receivers listen on loopback, which the SSRF guard refuses
-		// unless allowed.
-		"PUSH_ALLOWED_CIDRS": loopbackCIDRs,
-		// Tests that check authentication set AUTH_DISABLED themselves.
-		"AUTH_DISABLED": "true",
-		// Services of other tests (or processes) on a shared real broker
-		// must not consume this one's push copies.
-		"PUSH_QUEUE": uniquePushQueue(t),
-	}
-	for k, v := range env {
-		full[k] = v
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	logs := &syncBuffer{}
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, nil, func(k string) string { return full[k] }, logs) }()
-	t.Cleanup(func() {
-		cancel()
-		if t.Failed() {
-			t.Logf("service logs:\n%s", logs.String())
-		}
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("service stopped with %v; logs:\n%s", err, logs.String())
-			}
-		case <-time.After(20 * time.Second):
-			t.Error("service did not stop within 20 s of its context ending")
-		}
-	})
-	base := "http://" + addr
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		resp, err := http.Get(base + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return base, logs
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("service not ready: %v; logs:\n%s", err, logs.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // startReceiver builds and runs cmd/webhook-receiver on a free port with
 // args and returns its host:port.
@@ -119,7 +32,7 @@ func startReceiver(t *testing.T, args ...string) string {
 	addr := l.Addr().String()
 	l.Close()
 	cmd := exec.Command(bin, append([]string{"-addr", addr}, args...)...)
-	var out syncBuffer
+	var out apptest.SyncBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -170,7 +83,8 @@ func TestReadmeQuickstart(t *testing.T) {
 		t.Skip("curl not installed")
 	}
 	// As `make run` does: authentication on, a first admin key printed.
-	base, logs := startServiceLogs(t, map[string]string{"AUTH_DISABLED": ""})
+	c, logs := apptest.StartServiceLogs(t, map[string]string{"AUTH_DISABLED": ""})
+	base := c.Base
 	m := regexp.MustCompile(`export API_KEY=(\S+)`).FindStringSubmatch(logs.String())
 	if m == nil {
 		t.Fatalf("the service printed no admin key:\n%s", logs.String())
