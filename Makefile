@@ -57,9 +57,10 @@ endef
 TEST_DATABASE_URL ?= $(shell bash scripts/postgres.sh url 2>/dev/null)
 export TEST_DATABASE_URL
 
-# The packages whose tests use a real broker (they read BROKER_TEST_URL): they
-# run once more on ActiveMQ Classic after the whole suite ran on Artemis.
-BROKER_TEST_PKGS = $$(grep -rl --include='*_test.go' BROKER_TEST_URL . | xargs -n1 dirname | sort -u | tr '\n' ' ')
+# The packages whose tests use a real broker (they read BROKER_TEST_URL, or
+# ask apptest.RealBroker for it): they run once more on ActiveMQ Classic after
+# the whole suite ran on Artemis.
+BROKER_TEST_PKGS = $$(grep -rlE --include='*_test.go' 'BROKER_TEST_URL|apptest\.RealBroker' . | xargs -n1 dirname | sort -u | tr '\n' ' ')
 
 # test_on runs the tests of $(2) against the broker $(1) (artemis or activemq):
 # everything but the restart tests, then those alone (they restart the broker
