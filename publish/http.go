@@ -30,7 +30,8 @@ func Routes(g *echo.Group, s *Service) {
 
 type handlers struct{ s *Service }
 
-type publishResponse struct {
+// PublishResponse is the answer to a publish, one per message of a batch.
+type PublishResponse struct {
 	EventID          string     `json:"eventId"`
 	CorrelationID    string     `json:"correlationId"`
 	EventType        string     `json:"eventType"`
@@ -41,8 +42,8 @@ type publishResponse struct {
 	Traceparent      string     `json:"traceparent,omitempty"`
 }
 
-func toPublishResponse(e message.Event) publishResponse {
-	return publishResponse{
+func toPublishResponse(e message.Event) PublishResponse {
+	return PublishResponse{
 		EventID: e.ID.String(), CorrelationID: e.CorrelationID, EventType: e.EventType,
 		EventTypeVersion: e.Version, Destinations: e.Destinations, PublishedAt: e.PublishedAt,
 		ExpiresAt: optTime(e.ExpiresAt), Traceparent: e.Trace.Parent,
@@ -112,7 +113,7 @@ func (h handlers) publishBatch(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := api.List[publishResponse]{Items: make([]publishResponse, len(res))}
+	out := api.List[PublishResponse]{Items: make([]PublishResponse, len(res))}
 	for i, r := range res {
 		out.Items[i] = toPublishResponse(r.Event)
 	}
@@ -122,7 +123,8 @@ func (h handlers) publishBatch(c echo.Context) error {
 	return c.JSON(http.StatusAccepted, out)
 }
 
-type attemptResponse struct {
+// AttemptResponse is one attempt of a delivery in the message log.
+type AttemptResponse struct {
 	ID             string         `json:"id"`
 	Attempt        int            `json:"attempt"`
 	ScheduledDelay int64          `json:"scheduledDelay"`
@@ -134,14 +136,16 @@ type attemptResponse struct {
 	CompletedAt    *time.Time     `json:"completedAt"`
 }
 
-type deliveryResponse struct {
+// DeliveryResponse is what one subscription got of an event in the message log.
+type DeliveryResponse struct {
 	SubscriptionID   string            `json:"subscriptionId"`
 	SubscriptionType string            `json:"subscriptionType"`
 	Destination      string            `json:"destination"`
-	Attempts         []attemptResponse `json:"attempts"`
+	Attempts         []AttemptResponse `json:"attempts"`
 }
 
-type eventResponse struct {
+// EventResponse is an event of the message log with its deliveries.
+type EventResponse struct {
 	EventID          string             `json:"eventId"`
 	RoomID           string             `json:"roomId"`
 	CorrelationID    string             `json:"correlationId"`
@@ -154,17 +158,17 @@ type eventResponse struct {
 	ExpiresAt        *time.Time         `json:"expiresAt"`
 	Traceparent      string             `json:"traceparent,omitempty"`
 	Tracestate       string             `json:"tracestate,omitempty"`
-	Deliveries       []deliveryResponse `json:"deliveries"`
+	Deliveries       []DeliveryResponse `json:"deliveries"`
 }
 
 // toEventResponse groups the sends of e by subscription, each in attempt order.
-func toEventResponse(e message.Event, sends []message.Send) eventResponse {
-	r := eventResponse{
+func toEventResponse(e message.Event, sends []message.Send) EventResponse {
+	r := EventResponse{
 		EventID: e.ID.String(), RoomID: e.RoomID.String(), CorrelationID: e.CorrelationID,
 		EventType: e.EventType, EventTypeVersion: e.Version, Payload: e.Payload, Attributes: e.Attributes,
 		Destinations: e.Destinations, PublishedAt: e.PublishedAt, ExpiresAt: optTime(e.ExpiresAt),
 		Traceparent: e.Trace.Parent, Tracestate: e.Trace.State,
-		Deliveries: []deliveryResponse{},
+		Deliveries: []DeliveryResponse{},
 	}
 	if r.Attributes == nil {
 		r.Attributes = map[string]string{}
@@ -175,7 +179,7 @@ func toEventResponse(e message.Event, sends []message.Send) eventResponse {
 		if !ok {
 			i = len(r.Deliveries)
 			index[s.SubscriptionID] = i
-			r.Deliveries = append(r.Deliveries, deliveryResponse{
+			r.Deliveries = append(r.Deliveries, DeliveryResponse{
 				SubscriptionID: s.SubscriptionID.String(), SubscriptionType: s.SubscriptionType, Destination: s.Destination,
 			})
 		}
@@ -184,7 +188,7 @@ func toEventResponse(e message.Event, sends []message.Send) eventResponse {
 			v := s.StatusCode
 			code = &v
 		}
-		r.Deliveries[i].Attempts = append(r.Deliveries[i].Attempts, attemptResponse{
+		r.Deliveries[i].Attempts = append(r.Deliveries[i].Attempts, AttemptResponse{
 			ID: s.ID.String(), Attempt: s.Attempt, ScheduledDelay: s.ScheduledDelay.Milliseconds(),
 			CreatedAt: s.CreatedAt, SentAt: optTime(s.SentAt), Status: s.Status, StatusCode: code,
 			Error: s.Error, CompletedAt: optTime(s.CompletedAt),
@@ -210,7 +214,7 @@ func (h handlers) list(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := api.List[eventResponse]{Items: make([]eventResponse, len(evs))}
+	out := api.List[EventResponse]{Items: make([]EventResponse, len(evs))}
 	for i, e := range evs {
 		out.Items[i] = toEventResponse(e, sends[e.ID])
 	}

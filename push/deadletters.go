@@ -2,6 +2,7 @@ package push
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -139,14 +140,15 @@ func (s *DeadLetters) Routes(g *echo.Group) {
 	auth.Handle(g, http.MethodGet, base+"/deliveries", s.deliveries, one)
 }
 
-type deadLetterResponse struct {
+// DeadLetterResponse is a dead letter as the API shows it.
+type DeadLetterResponse struct {
 	ID               string            `json:"id"`
 	SubscriptionID   string            `json:"subscriptionId"`
 	EventID          string            `json:"eventId"`
 	CorrelationID    string            `json:"correlationId"`
 	EventType        string            `json:"eventType"`
 	EventTypeVersion int               `json:"eventTypeVersion"`
-	Payload          any               `json:"payload"`
+	Payload          json.RawMessage   `json:"payload"`
 	Attributes       map[string]string `json:"attributes"`
 	Attempts         int               `json:"attempts"`
 	Reason           string            `json:"reason"`
@@ -156,8 +158,8 @@ type deadLetterResponse struct {
 	DeadLetteredAt   time.Time         `json:"deadLetteredAt"`
 }
 
-func toDeadLetterResponse(d delivery.DeadLetter) deadLetterResponse {
-	r := deadLetterResponse{
+func toDeadLetterResponse(d delivery.DeadLetter) DeadLetterResponse {
+	r := DeadLetterResponse{
 		ID: d.ID.String(), SubscriptionID: d.SubscriptionID.String(), EventID: d.Event.ID.String(),
 		CorrelationID: d.Event.CorrelationID, EventType: d.Event.EventType, EventTypeVersion: d.Event.Version,
 		Payload: d.Event.Payload, Attributes: d.Event.Attributes, Attempts: d.Attempts, Reason: d.Reason,
@@ -201,7 +203,7 @@ func (s *DeadLetters) list(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := api.List[deadLetterResponse]{Items: make([]deadLetterResponse, len(dls))}
+	out := api.List[DeadLetterResponse]{Items: make([]DeadLetterResponse, len(dls))}
 	for i, d := range dls {
 		out.Items[i] = toDeadLetterResponse(d)
 	}
@@ -247,20 +249,22 @@ func (s *DeadLetters) delete(c echo.Context) error {
 	return c.NoContent(http.StatusNoContent)
 }
 
-type replayedResponse struct {
+// ReplayedResponse names the new event a replayed dead letter became.
+type ReplayedResponse struct {
 	DeadLetterID  string `json:"deadLetterId"`
 	EventID       string `json:"eventId"`
 	CorrelationID string `json:"correlationId"`
 }
 
-type replayResponse struct {
-	Replayed []replayedResponse `json:"replayed"`
+// ReplayResponse is the answer to a replay, one entry per dead letter in order.
+type ReplayResponse struct {
+	Replayed []ReplayedResponse `json:"replayed"`
 }
 
-func replayed(dls []delivery.DeadLetter, evs []message.Event) replayResponse {
-	out := replayResponse{Replayed: make([]replayedResponse, len(dls))}
+func replayed(dls []delivery.DeadLetter, evs []message.Event) ReplayResponse {
+	out := ReplayResponse{Replayed: make([]ReplayedResponse, len(dls))}
 	for i := range dls {
-		out.Replayed[i] = replayedResponse{DeadLetterID: dls[i].ID.String(), EventID: evs[i].ID.String(), CorrelationID: evs[i].CorrelationID}
+		out.Replayed[i] = ReplayedResponse{DeadLetterID: dls[i].ID.String(), EventID: evs[i].ID.String(), CorrelationID: evs[i].CorrelationID}
 	}
 	return out
 }
@@ -332,7 +336,7 @@ func (s *DeadLetters) replayBulk(c echo.Context) error {
 		return err
 	}
 	if len(dls) == 0 {
-		return c.JSON(http.StatusAccepted, replayResponse{Replayed: []replayedResponse{}})
+		return c.JSON(http.StatusAccepted, ReplayResponse{Replayed: []ReplayedResponse{}})
 	}
 	evs, err := s.Replay(ctx, room, sub, dls)
 	if err != nil {
@@ -341,7 +345,8 @@ func (s *DeadLetters) replayBulk(c echo.Context) error {
 	return c.JSON(http.StatusAccepted, replayed(dls, evs))
 }
 
-type deliveryResponse struct {
+// DeliveryResponse is one row of a subscription's delivery log.
+type DeliveryResponse struct {
 	ID             string     `json:"id"`
 	EventID        string     `json:"eventId"`
 	CorrelationID  string     `json:"correlationId"`
@@ -374,9 +379,9 @@ func (s *DeadLetters) deliveries(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := api.List[deliveryResponse]{Items: make([]deliveryResponse, len(ds))}
+	out := api.List[DeliveryResponse]{Items: make([]DeliveryResponse, len(ds))}
 	for i, d := range ds {
-		r := deliveryResponse{
+		r := DeliveryResponse{
 			ID: d.ID.String(), EventID: d.EventID.String(), CorrelationID: d.CorrelationID, Attempt: d.Attempt,
 			ScheduledDelay: d.ScheduledDelay.Milliseconds(), CreatedAt: d.CreatedAt, SentAt: optTime(d.SentAt),
 			Status: string(d.Status), Error: d.Error, ResponseBody: d.ResponseBody,

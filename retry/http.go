@@ -57,7 +57,8 @@ func preview(c echo.Context) error {
 	return c.JSON(http.StatusOK, describe(Target{Room: room}))
 }
 
-type policyResponse struct {
+// PolicyResponse is the retry policy a schedule follows, and where it comes from.
+type PolicyResponse struct {
 	Kind   string `json:"kind"` // exponential or fourPhase
 	Source string `json:"source"`
 	// The exponential backoff retry's settings.
@@ -70,7 +71,8 @@ type policyResponse struct {
 	RetryPolicy *rooms.Resolved `json:"retryPolicy,omitempty"`
 }
 
-type attemptResponse struct {
+// AttemptResponse is one retry of a schedule: its delay and, with jitter, its range.
+type AttemptResponse struct {
 	Attempt              int     `json:"attempt"`
 	Phase                string  `json:"phase"`
 	Delay                int64   `json:"delay"`
@@ -82,33 +84,34 @@ type attemptResponse struct {
 	SinceFirstAttemptMax int64   `json:"sinceFirstAttemptMax"`
 }
 
-type scheduleResponse struct {
-	Policy      policyResponse    `json:"policy"`
+// ScheduleResponse is a retry-schedule answer.
+type ScheduleResponse struct {
+	Policy      PolicyResponse    `json:"policy"`
 	MaxAttempts int               `json:"maxAttempts"`
-	Attempts    []attemptResponse `json:"attempts"`
+	Attempts    []AttemptResponse `json:"attempts"`
 }
 
-func describe(t Target) scheduleResponse {
+func describe(t Target) ScheduleResponse {
 	p, source := Effective(t)
-	out := scheduleResponse{MaxAttempts: p.MaxAttempts(), Attempts: []attemptResponse{}}
+	out := ScheduleResponse{MaxAttempts: p.MaxAttempts(), Attempts: []AttemptResponse{}}
 	switch p := p.(type) {
 	case Exponential:
 		maxDelay := p.MaxDelay
 		if maxDelay <= 0 {
 			maxDelay = DefaultMaxDelay
 		}
-		out.Policy = policyResponse{
+		out.Policy = PolicyResponse{
 			Kind: "exponential", Source: source,
 			DeliveryDelay: ptr(p.Delay.Milliseconds()), DeliveryDelayMultiplier: ptr(p.Multiplier),
 			DeliveryAttempts: ptr(p.Attempts), MaxDeliveryDelay: ptr(maxDelay.Milliseconds()), DeliveryJitter: ptr(p.Jitter),
 		}
 	case FourPhase:
 		r := p.Resolved
-		out.Policy = policyResponse{Kind: "fourPhase", Source: source, RetryPolicy: &r}
+		out.Policy = PolicyResponse{Kind: "fourPhase", Source: source, RetryPolicy: &r}
 	}
 	for _, s := range Schedule(p) {
 		lo, hi := s.Step.Range()
-		out.Attempts = append(out.Attempts, attemptResponse{
+		out.Attempts = append(out.Attempts, AttemptResponse{
 			Attempt: s.Attempt, Phase: s.Step.Phase, Delay: s.Step.Draw(0.5).Milliseconds(),
 			DelayMin: lo.Milliseconds(), DelayMax: hi.Milliseconds(), Jitter: s.Step.Jitter,
 			SinceFirstAttempt: s.Since.Milliseconds(), SinceFirstAttemptMin: s.SinceMin.Milliseconds(),

@@ -308,14 +308,14 @@ func FuzzPreview(f *testing.F) {
 		default:
 			t.Fatalf("status %d: %s", rec.Code, rec.Body)
 		}
-		var out scheduleResponse
+		var out ScheduleResponse
 		if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
 			t.Fatalf("schedule %s: %v", rec.Body, err)
 		}
 		if len(out.Attempts) != out.MaxAttempts-1 || out.MaxAttempts > rooms.MaxTotalAttempts {
 			t.Fatalf("%d attempts listed, maxAttempts %d", len(out.Attempts), out.MaxAttempts)
 		}
-		var prev attemptResponse
+		var prev AttemptResponse
 		for _, a := range out.Attempts {
 			if a.DelayMin < 0 || a.DelayMin > a.Delay || a.Delay > a.DelayMax || a.DelayMax > rooms.MaxDeliveryDelay ||
 				a.SinceFirstAttempt < prev.SinceFirstAttempt || a.SinceFirstAttemptMin < prev.SinceFirstAttemptMin ||
