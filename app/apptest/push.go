@@ -1,0 +1,257 @@
+package apptest
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/api/apitest"
+	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/push"
+	"github.com/roomhub/messaging-api/store/storetest"
+)
+
+// PushRequest is one request a Hook received.
+type PushRequest struct {
+	At         time.Time
+	Header     http.Header
+	Body       []byte
+	RemoteAddr string
+}
+
+// Hook is a webhook receiver the test controls: respond answers the n-th
+// request (n from 1), and every request is recorded on arrival, before
+// respond runs.
+type Hook struct {
+	t   *testing.T
+	srv *httptest.Server
+
+	mu      sync.Mutex
+	reqs    []PushRequest
+	respond func(n int, w http.ResponseWriter, r *http.Request)
+}
+
+// NewHook starts a Hook that answers with respond; it stops with the test.
+func NewHook(t *testing.T, respond func(n int, w http.ResponseWriter, r *http.Request)) *Hook {
+	t.Helper()
+	h := &Hook{t: t, respond: respond}
+	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		h.mu.Lock()
+		h.reqs = append(h.reqs, PushRequest{At: time.Now(), Header: r.Header.Clone(), Body: body, RemoteAddr: r.RemoteAddr})
+		n, respond := len(h.reqs), h.respond
+		h.mu.Unlock()
+		respond(n, w, r)
+	}))
+	t.Cleanup(h.srv.Close)
+	return h
+}
+
+// StatusHook answers every request with the status it holds, which the test
+// can change.
+func StatusHook(t *testing.T, initial int) (*Hook, *atomic.Int32) {
+	t.Helper()
+	var status atomic.Int32
+	status.Store(int32(initial))
+	return NewHook(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(int(status.Load()))
+	}), &status
+}
+
+// SequenceHook answers the n-th request with codes[n-1], and the last code
+// once they run out.
+func SequenceHook(t *testing.T, codes ...int) *Hook {
+	t.Helper()
+	return NewHook(t, func(n int, w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(codes[min(n, len(codes))-1])
+	})
+}
+
+// URL is the push URL of the hook.
+func (h *Hook) URL() string { return h.srv.URL + "/hook" }
+
+// Requests is every request received so far, in order of arrival.
+func (h *Hook) Requests() []PushRequest {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.reqs)
+}
+
+// Count is how many requests arrived so far.
+func (h *Hook) Count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.reqs)
+}
+
+// WaitFor waits until the hook has received n requests and returns them all.
+func (h *Hook) WaitFor(n int, within time.Duration) []PushRequest {
+	h.t.Helper()
+	apitest.EventuallyWithin(h.t, within, fmt.Sprintf("%d requests at the hook", n), func() bool { return h.Count() >= n })
+	return h.Requests()
+}
+
+// WithID is the requests whose webhook-id is id.
+func (h *Hook) WithID(id string) []PushRequest {
+	var out []PushRequest
+	for _, r := range h.Requests() {
+		if r.Header.Get("Webhook-Id") == id {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// PushSub is a PUSH subscription a test created through C.
+type PushSub struct {
+	C      Client
+	Room   string
+	ID     string
+	Secret string
+}
+
+// Path is the subscription's URL path.
+func (s PushSub) Path() string { return "/v1/rooms/" + s.Room + "/subscriptions/" + s.ID }
+
+// SetupPushRoom creates room with the delivery settings in fields (JSON
+// members, e.g. `"deliveryDelay":100`), an event type "tick" with one
+// version, and a PUSH subscription to url.
+func (c Client) SetupPushRoom(room, fields, url string) PushSub {
+	c.T.Helper()
+	if fields != "" {
+		fields = "," + fields
+	}
+	c.Call("POST", "/v1/rooms", `{"identifier":"`+room+`","managerIdentifier":"m"`+fields+`}`, http.StatusCreated)
+	return c.AddPushSub(room, "tick", url)
+}
+
+// AddPushSub creates event type eventType (with version 1) in room and a
+// PUSH subscription to url for it.
+func (c Client) AddPushSub(room, eventType, url string) PushSub {
+	c.T.Helper()
+	c.Call("POST", "/v1/rooms/"+room+"/event-types", `{"identifier":"`+eventType+`"}`, http.StatusCreated)
+	c.Call("POST", "/v1/rooms/"+room+"/event-types/"+eventType+"/versions", `{"schema":true}`, http.StatusCreated)
+	return c.CreatePushSub(room, eventType, url)
+}
+
+// CreatePushSub creates a PUSH subscription to url for eventType, which
+// room has, and checks it was given a Standard Webhooks secret.
+func (c Client) CreatePushSub(room, eventType, url string) PushSub {
+	c.T.Helper()
+	var sub struct {
+		ID            string `json:"id"`
+		SigningSecret string `json:"signingSecret"`
+	}
+	c.CallJSON("POST", "/v1/rooms/"+room+"/subscriptions",
+		`{"type":"PUSH","pushUrl":"`+url+`","eventTypes":[{"eventType":"`+eventType+`"}]}`, http.StatusCreated, &sub)
+	if !strings.HasPrefix(sub.SigningSecret, "whsec_") {
+		c.T.Fatalf("signingSecret %q is not a Standard Webhooks secret", sub.SigningSecret)
+	}
+	return PushSub{C: c, Room: room, ID: sub.ID, Secret: sub.SigningSecret}
+}
+
+// Publish publishes one message (body: the publish request) to room.
+func (c Client) Publish(room, body string) publish.PublishResponse {
+	c.T.Helper()
+	var p publish.PublishResponse
+	c.CallJSON("POST", "/v1/rooms/"+room+"/messages", body, http.StatusAccepted, &p)
+	return p
+}
+
+// Deliveries is the subscription's delivery log of event (of every event
+// when empty), oldest first.
+func (s PushSub) Deliveries(event string) []push.DeliveryResponse {
+	s.C.T.Helper()
+	var list api.List[push.DeliveryResponse]
+	s.C.CallJSON("GET", s.Path()+"/deliveries?limit=500", "", http.StatusOK, &list)
+	var out []push.DeliveryResponse
+	for _, d := range list.Items {
+		if event == "" || d.EventID == event {
+			out = append(out, d)
+		}
+	}
+	slices.Reverse(out) // the API lists newest first
+	return out
+}
+
+// DeadLetters is the subscription's dead letters, oldest first.
+func (s PushSub) DeadLetters() []push.DeadLetterResponse {
+	s.C.T.Helper()
+	var list api.List[push.DeadLetterResponse]
+	s.C.CallJSON("GET", s.Path()+"/dead-letters", "", http.StatusOK, &list)
+	return list.Items
+}
+
+// WaitDeadLetters waits until the subscription has n dead letters, and fails
+// if it has more.
+func (s PushSub) WaitDeadLetters(n int, within time.Duration) []push.DeadLetterResponse {
+	s.C.T.Helper()
+	var dls []push.DeadLetterResponse
+	apitest.EventuallyWithin(s.C.T, within, fmt.Sprintf("%d dead letters", n), func() bool {
+		dls = s.DeadLetters()
+		return len(dls) >= n
+	})
+	if len(dls) != n {
+		s.C.T.Fatalf("%d dead letters, want %d", len(dls), n)
+	}
+	return dls
+}
+
+// WaitStatuses waits until the delivery log of event holds exactly these
+// statuses, oldest first, and returns it. A log that ends in a final status
+// (delivered, dead_lettered, dropped, expired) shows that no further attempt
+// is coming: the dispatcher logs a retry's row before it sends the retry.
+func (s PushSub) WaitStatuses(event string, within time.Duration, want ...string) []push.DeliveryResponse {
+	s.C.T.Helper()
+	var ds []push.DeliveryResponse
+	var got []string
+	settled := false
+	defer func() {
+		if !settled { // EventuallyWithin failed the test: say what the log held
+			s.C.T.Logf("delivery log of %s: %v, want %v", event, got, want)
+		}
+	}()
+	apitest.EventuallyWithin(s.C.T, within, fmt.Sprintf("delivery log of %s to read %v", event, want), func() bool {
+		ds = s.Deliveries(event)
+		got = make([]string, len(ds))
+		for i, d := range ds {
+			got[i] = d.Status
+		}
+		return slices.Equal(got, want)
+	})
+	settled = true
+	return ds
+}
+
+// Backends runs f against the service on the embedded broker with SQLite,
+// and, when BROKER_TEST_URL names a real broker, on it with PostgreSQL; f
+// passes env to StartService.
+func Backends(t *testing.T, f func(t *testing.T, env map[string]string)) {
+	t.Run("embedded", func(t *testing.T) {
+		t.Parallel()
+		f(t, map[string]string{"OUTBOX_POLL_INTERVAL": "100ms"})
+	})
+	if os.Getenv("BROKER_TEST_URL") == "" || testing.Short() {
+		return
+	}
+	t.Run("activemq", func(t *testing.T) {
+		t.Parallel()
+		f(t, map[string]string{
+			"OUTBOX_POLL_INTERVAL": "100ms", "BROKER_URL": RealBroker(t),
+			"DATABASE_URL": storetest.PostgresSchemaURL(t), "PUSH_QUEUE": UniquePushQueue(t),
+		})
+	})
+}
+
+// Pid is the process id of the running service binary: tests that run two
+// tell their requests apart by it.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
