@@ -1,4 +1,4 @@
-package main
+package retry_test
 
 import (
 	"encoding/json"

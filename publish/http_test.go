@@ -1,4 +1,4 @@
-package main
+package publish_test
 
 import (
 	"fmt"
