@@ -6,6 +6,12 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/app/apptest"
+	"github.com/roomhub/messaging-api/message"
+	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/store"
 )
 
 // TestPublishRouting publishes every event type × version to a room whose
@@ -13,10 +19,10 @@ import (
 // checks which subscriptions each event reached.
 func TestPublishRouting(t *testing.T) {
 	t.Parallel()
-	forEachDialect(t, func(t *testing.T, a *testAPI) {
-		roomID := a.seed(t) // order.created v1, v2
-		want(t, a.do("POST", "/v1/rooms/orders/event-types", map[string]any{"identifier": "order.paid"}), http.StatusCreated)
-		want(t, a.do("POST", "/v1/rooms/orders/event-types/order.paid/versions", `{"schema":{}}`), http.StatusCreated)
+	apptest.ForEachDialect(t, func(t *testing.T, a *apptest.API) {
+		roomID := a.Seed(t) // order.created v1, v2
+		apptest.Want(t, a.Do("POST", "/v1/rooms/orders/event-types", map[string]any{"identifier": "order.paid"}), http.StatusCreated)
+		apptest.Want(t, a.Do("POST", "/v1/rooms/orders/event-types/order.paid/versions", `{"schema":{}}`), http.StatusCreated)
 
 		type sub struct {
 			name, typ, status string
@@ -35,11 +41,11 @@ func TestPublishRouting(t *testing.T) {
 			if s.typ == "PUSH" {
 				body["pushUrl"] = "http://127.0.0.1:9/" + s.name
 			}
-			r := a.do("POST", "/v1/rooms/orders/subscriptions", body)
-			want(t, r, http.StatusCreated)
+			r := a.Do("POST", "/v1/rooms/orders/subscriptions", body)
+			apptest.Want(t, r, http.StatusCreated)
 			id := r.JSON(t)["id"].(string)
 			names[id] = s.name
-			want(t, a.do("PATCH", "/v1/rooms/orders/subscriptions/"+id, map[string]any{"status": s.status}), http.StatusOK)
+			apptest.Want(t, a.Do("PATCH", "/v1/rooms/orders/subscriptions/"+id, map[string]any{"status": s.status}), http.StatusOK)
 		}
 
 		cases := []struct {
@@ -58,29 +64,30 @@ func TestPublishRouting(t *testing.T) {
 				if tc.version > 0 {
 					body["eventTypeVersion"] = tc.version
 				}
-				r := a.do("POST", "/v1/rooms/orders/messages", body)
-				want(t, r, http.StatusAccepted)
-				res := r.JSON(t)
-				if int(res["destinations"].(float64)) != len(tc.want) {
-					t.Errorf("destinations %v, want %d", res["destinations"], len(tc.want))
+				r := a.Do("POST", "/v1/rooms/orders/messages", body)
+				apptest.Want(t, r, http.StatusAccepted)
+				res := apptest.Decode[publish.PublishResponse](t, r)
+				if res.Destinations != len(tc.want) {
+					t.Errorf("destinations %d, want %d", res.Destinations, len(tc.want))
 				}
-				r = a.do("GET", "/v1/rooms/orders/messages/"+res["eventId"].(string), nil)
-				want(t, r, http.StatusOK)
+				r = a.Do("GET", "/v1/rooms/orders/messages/"+res.EventID, nil)
+				apptest.Want(t, r, http.StatusOK)
 				var got []string
-				for _, d := range r.JSON(t)["deliveries"].([]any) {
-					d := d.(map[string]any)
-					name := names[d["subscriptionId"].(string)]
+				for _, d := range apptest.Decode[publish.EventResponse](t, r).Deliveries {
+					name := names[d.SubscriptionID]
 					got = append(got, name)
-					dest := d["destination"].(string)
-					if strings.HasPrefix(name, "pull") && dest != "room-"+roomID+"::subscription-"+d["subscriptionId"].(string) {
-						t.Errorf("%s went to %s", name, dest)
+					if strings.HasPrefix(name, "pull") && d.Destination != "room-"+roomID+"::subscription-"+d.SubscriptionID {
+						t.Errorf("%s went to %s", name, d.Destination)
 					}
-					if strings.HasPrefix(name, "push") && dest != "messaging.push::messaging.push" {
-						t.Errorf("%s went to %s, want the push queue", name, dest)
+					if strings.HasPrefix(name, "push") && d.Destination != "messaging.push::messaging.push" {
+						t.Errorf("%s went to %s, want the push queue", name, d.Destination)
 					}
-					att := d["attempts"].([]any)[0].(map[string]any)
-					if att["attempt"] != 1.0 || att["status"] != "pending" || att["scheduledDelay"] != 0.0 {
-						t.Errorf("first attempt: %v", att)
+					if len(d.Attempts) != 1 {
+						t.Errorf("%s: attempts %+v, want the first only", name, d.Attempts)
+						continue
+					}
+					if att := d.Attempts[0]; att.Attempt != 1 || att.Status != message.StatusPending || att.ScheduledDelay != 0 {
+						t.Errorf("first attempt: %+v", att)
 					}
 				}
 				sort.Strings(got)
@@ -94,8 +101,8 @@ func TestPublishRouting(t *testing.T) {
 
 func TestPublishValidation(t *testing.T) {
 	t.Parallel()
-	a := newTestAPI(t, "sqlite")
-	a.seed(t)
+	a := apptest.New(t, store.SQLite)
+	a.Seed(t)
 	cases := []struct {
 		name, body string
 		status     int
@@ -117,14 +124,13 @@ func TestPublishValidation(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := a.do("POST", "/v1/rooms/orders/messages", tc.body)
-			want(t, r, tc.status)
+			r := a.Do("POST", "/v1/rooms/orders/messages", tc.body)
+			apptest.Want(t, r, tc.status)
 			if tc.field == "" {
 				return
 			}
-			for _, e := range r.JSON(t)["errors"].([]any) {
-				e := e.(map[string]any)
-				if e["field"] == tc.field && (tc.pointer == "" || e["pointer"] == tc.pointer) {
+			for _, e := range apptest.Decode[api.Problem](t, r).Errors {
+				if e.Field == tc.field && (tc.pointer == "" || e.Pointer == tc.pointer) {
 					return
 				}
 			}
@@ -132,66 +138,68 @@ func TestPublishValidation(t *testing.T) {
 		})
 	}
 	t.Run("unknown room", func(t *testing.T) {
-		want(t, a.do("POST", "/v1/rooms/nope/messages", `{"eventType":"order.created","payload":{}}`), http.StatusNotFound)
+		apptest.Want(t, a.Do("POST", "/v1/rooms/nope/messages", `{"eventType":"order.created","payload":{}}`), http.StatusNotFound)
 	})
 	t.Run("terminated room", func(t *testing.T) {
-		want(t, a.do("POST", "/v1/rooms", `{"identifier":"closed","managerIdentifier":"m"}`), http.StatusCreated)
-		want(t, a.do("POST", "/v1/rooms/closed/event-types", `{"identifier":"e"}`), http.StatusCreated)
-		want(t, a.do("POST", "/v1/rooms/closed/event-types/e/versions", `{"schema":true}`), http.StatusCreated)
-		want(t, a.do("PATCH", "/v1/rooms/closed", `{"status":"TERMINATED"}`), http.StatusOK)
-		want(t, a.do("POST", "/v1/rooms/closed/messages", `{"eventType":"e","payload":1}`), http.StatusConflict)
+		apptest.Want(t, a.Do("POST", "/v1/rooms", `{"identifier":"closed","managerIdentifier":"m"}`), http.StatusCreated)
+		apptest.Want(t, a.Do("POST", "/v1/rooms/closed/event-types", `{"identifier":"e"}`), http.StatusCreated)
+		apptest.Want(t, a.Do("POST", "/v1/rooms/closed/event-types/e/versions", `{"schema":true}`), http.StatusCreated)
+		apptest.Want(t, a.Do("PATCH", "/v1/rooms/closed", `{"status":"TERMINATED"}`), http.StatusOK)
+		apptest.Want(t, a.Do("POST", "/v1/rooms/closed/messages", `{"eventType":"e","payload":1}`), http.StatusConflict)
 	})
 	t.Run("batch names the bad message", func(t *testing.T) {
-		r := a.do("POST", "/v1/rooms/orders/messages:batch", `{"messages":[{"eventType":"order.created","payload":{"orderId":"a"}},{"eventType":"order.created","payload":{"orderId":1}}]}`)
-		want(t, r, http.StatusUnprocessableEntity)
+		r := a.Do("POST", "/v1/rooms/orders/messages:batch", `{"messages":[{"eventType":"order.created","payload":{"orderId":"a"}},{"eventType":"order.created","payload":{"orderId":1}}]}`)
+		apptest.Want(t, r, http.StatusUnprocessableEntity)
 		if !strings.Contains(string(r.Body), `"field":"messages[1].payload","pointer":"/messages/1/payload/orderId"`) {
 			t.Errorf("batch error: %s", r.Body)
 		}
 		// Nothing of a rejected batch is stored.
-		r = a.do("GET", "/v1/rooms/orders/messages", nil)
-		if n := len(r.JSON(t)["items"].([]any)); n != 0 {
+		r = a.Do("GET", "/v1/rooms/orders/messages", nil)
+		apptest.Want(t, r, http.StatusOK)
+		if n := len(apptest.Decode[api.List[publish.EventResponse]](t, r).Items); n != 0 {
 			t.Errorf("%d events stored from a rejected batch", n)
 		}
 	})
 	t.Run("batch size", func(t *testing.T) {
-		want(t, a.do("POST", "/v1/rooms/orders/messages:batch", `{"messages":[]}`), http.StatusUnprocessableEntity)
+		apptest.Want(t, a.Do("POST", "/v1/rooms/orders/messages:batch", `{"messages":[]}`), http.StatusUnprocessableEntity)
 	})
 }
 
 func TestPublishIdempotency(t *testing.T) {
 	t.Parallel()
-	forEachDialect(t, func(t *testing.T, a *testAPI) {
-		a.seed(t)
-		want(t, a.do("POST", "/v1/rooms/orders/subscriptions", `{"type":"PULL","eventTypes":[{"eventType":"order.created"}]}`), http.StatusCreated)
+	apptest.ForEachDialect(t, func(t *testing.T, a *apptest.API) {
+		a.Seed(t)
+		apptest.Want(t, a.Do("POST", "/v1/rooms/orders/subscriptions", `{"type":"PULL","eventTypes":[{"eventType":"order.created"}]}`), http.StatusCreated)
 		body := `{"eventType":"order.created","payload":{"orderId":"o-7"}}`
-		first := a.doHeaders("POST", "/v1/rooms/orders/messages", body, map[string]string{"Idempotency-Key": "k-1", "X-Correlation-ID": "corr-1"})
-		want(t, first, http.StatusAccepted)
-		again := a.doHeaders("POST", "/v1/rooms/orders/messages", body, map[string]string{"Idempotency-Key": "k-1", "X-Correlation-ID": "corr-1"})
-		want(t, again, http.StatusAccepted)
-		if first.JSON(t)["eventId"] != again.JSON(t)["eventId"] || again.Header.Get("Idempotent-Replayed") != "true" {
+		first := a.DoHeaders("POST", "/v1/rooms/orders/messages", body, map[string]string{"Idempotency-Key": "k-1", "X-Correlation-ID": "corr-1"})
+		apptest.Want(t, first, http.StatusAccepted)
+		again := a.DoHeaders("POST", "/v1/rooms/orders/messages", body, map[string]string{"Idempotency-Key": "k-1", "X-Correlation-ID": "corr-1"})
+		apptest.Want(t, again, http.StatusAccepted)
+		f, g := apptest.Decode[publish.PublishResponse](t, first), apptest.Decode[publish.PublishResponse](t, again)
+		if f.EventID != g.EventID || again.Header.Get("Idempotent-Replayed") != "true" {
 			t.Errorf("retry answered differently: %s vs %s", first.Body, again.Body)
 		}
-		if first.JSON(t)["correlationId"] != "corr-1" {
+		if f.CorrelationID != "corr-1" {
 			t.Errorf("X-Correlation-ID not used: %s", first.Body)
 		}
-		r := a.do("GET", "/v1/rooms/orders/messages?correlationId=corr-1", nil)
-		want(t, r, http.StatusOK)
-		items := r.JSON(t)["items"].([]any)
+		r := a.Do("GET", "/v1/rooms/orders/messages?correlationId=corr-1", nil)
+		apptest.Want(t, r, http.StatusOK)
+		items := apptest.Decode[api.List[publish.EventResponse]](t, r).Items
 		if len(items) != 1 {
 			t.Fatalf("%d events for one idempotent publish", len(items))
 		}
-		if n := len(items[0].(map[string]any)["deliveries"].([]any)); n != 1 {
+		if n := len(items[0].Deliveries); n != 1 {
 			t.Errorf("%d sends logged, want 1", n)
 		}
 		// The same key with another body is refused.
-		other := a.doHeaders("POST", "/v1/rooms/orders/messages", `{"eventType":"order.created","payload":{"orderId":"o-8"}}`, map[string]string{"Idempotency-Key": "k-1"})
-		want(t, other, http.StatusConflict)
+		other := a.DoHeaders("POST", "/v1/rooms/orders/messages", `{"eventType":"order.created","payload":{"orderId":"o-8"}}`, map[string]string{"Idempotency-Key": "k-1"})
+		apptest.Want(t, other, http.StatusConflict)
 		// A batch replays whole.
 		batch := `{"messages":[{"eventType":"order.created","payload":{"orderId":"a"}},{"eventType":"order.created","payload":{"orderId":"b"}}]}`
-		b1 := a.doHeaders("POST", "/v1/rooms/orders/messages:batch", batch, map[string]string{"Idempotency-Key": "k-2"})
-		want(t, b1, http.StatusAccepted)
-		b2 := a.doHeaders("POST", "/v1/rooms/orders/messages:batch", batch, map[string]string{"Idempotency-Key": "k-2"})
-		want(t, b2, http.StatusAccepted)
+		b1 := a.DoHeaders("POST", "/v1/rooms/orders/messages:batch", batch, map[string]string{"Idempotency-Key": "k-2"})
+		apptest.Want(t, b1, http.StatusAccepted)
+		b2 := a.DoHeaders("POST", "/v1/rooms/orders/messages:batch", batch, map[string]string{"Idempotency-Key": "k-2"})
+		apptest.Want(t, b2, http.StatusAccepted)
 		if string(b1.Body) != string(b2.Body) {
 			t.Errorf("batch replay differs:\n%s\n%s", b1.Body, b2.Body)
 		}

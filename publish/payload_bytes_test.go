@@ -7,6 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roomhub/messaging-api/app/apptest"
+	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/pull"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
 
@@ -24,7 +27,7 @@ func TestPayloadBytesKept(t *testing.T) {
 		t.Fatal("the test payload is not JSON")
 	}
 	dbs := map[string]func(t *testing.T) string{
-		"sqlite":   func(*testing.T) string { return "" }, // startService's own file
+		"sqlite":   func(*testing.T) string { return "" }, // StartService's own file
 		"postgres": func(t *testing.T) string { return storetest.PostgresSchemaURL(t) },
 	}
 	for name, dbURL := range dbs {
@@ -34,32 +37,32 @@ func TestPayloadBytesKept(t *testing.T) {
 			if u := dbURL(t); u != "" {
 				env["DATABASE_URL"] = u
 			}
-			c := client{t: t, base: startService(t, env)}
-			hook := newPushHook(t, func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
-			setupPushRoom(c, "bytes", "", hook.URL())
-			var pull struct {
+			c := apptest.StartService(t, env)
+			hook := apptest.NewHook(t, func(_ int, w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) })
+			c.SetupPushRoom("bytes", "", hook.URL())
+			var puller struct {
 				ID string `json:"id"`
 			}
-			c.callJSON("POST", "/v1/rooms/bytes/subscriptions", `{"type":"PULL","eventTypes":[{"eventType":"tick"}]}`, http.StatusCreated, &pull)
+			c.CallJSON("POST", "/v1/rooms/bytes/subscriptions", `{"type":"PULL","eventTypes":[{"eventType":"tick"}]}`, http.StatusCreated, &puller)
 
-			published := pushPublish(c, "bytes", `{"eventType":"tick","payload":`+exactPayload+`}`)
+			published := c.Publish("bytes", `{"eventType":"tick","payload":`+exactPayload+`}`)
 
-			if got := hook.waitFor(1, 10*time.Second)[0].Body; !bytes.Equal(got, []byte(exactPayload)) {
+			if got := hook.WaitFor(1, 10*time.Second)[0].Body; !bytes.Equal(got, []byte(exactPayload)) {
 				t.Errorf("pushed body:\n got %s\nwant %s", got, exactPayload)
 			}
 			var pulled struct {
-				Messages []struct {
-					Payload json.RawMessage `json:"payload"`
-				} `json:"messages"`
+				Messages []pull.Message `json:"messages"`
 			}
-			c.callJSON("POST", "/v1/rooms/bytes/subscriptions/"+pull.ID+"/pull", `{"waitMs":5000}`, http.StatusOK, &pulled)
+			c.CallJSON("POST", "/v1/rooms/bytes/subscriptions/"+puller.ID+"/pull", `{"waitMs":5000}`, http.StatusOK, &pulled)
 			if len(pulled.Messages) != 1 || !bytes.Equal(pulled.Messages[0].Payload, []byte(exactPayload)) {
-				t.Errorf("pulled:\n got %s\nwant %s", pulled.Messages, exactPayload)
+				var got []string
+				for _, m := range pulled.Messages {
+					got = append(got, string(m.Payload))
+				}
+				t.Errorf("pulled payloads:\n got %s\nwant [%s]", got, exactPayload)
 			}
-			var logged struct {
-				Payload json.RawMessage `json:"payload"`
-			}
-			c.callJSON("GET", "/v1/rooms/bytes/messages/"+published.EventID, "", http.StatusOK, &logged)
+			var logged publish.EventResponse
+			c.CallJSON("GET", "/v1/rooms/bytes/messages/"+published.EventID, "", http.StatusOK, &logged)
 			if !bytes.Equal(logged.Payload, []byte(exactPayload)) {
 				t.Errorf("message log:\n got %s\nwant %s", logged.Payload, exactPayload)
 			}
