@@ -1,43 +1,26 @@
 package retry_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/roomhub/messaging-api/app/apptest"
+	"github.com/roomhub/messaging-api/retry"
+	"github.com/roomhub/messaging-api/store"
 )
 
-// The tests of this file cover retry policies through the harness, so that
+// The tests of this file cover retry policies through apptest, so that
 // every answer is checked against openapi.yaml: validation of the policy
 // fields on rooms, subscriptions and the preview, their round trip through
 // both stores, and the schedules the two retry-schedule endpoints compute.
 // Helpers are prefixed rt (retry).
-
-// rtAttempt is one entry of a retry schedule's attempts.
-type rtAttempt struct {
-	Attempt              int     `json:"attempt"`
-	Phase                string  `json:"phase"`
-	Delay                int64   `json:"delay"`
-	DelayMin             int64   `json:"delayMin"`
-	DelayMax             int64   `json:"delayMax"`
-	Jitter               float64 `json:"jitter"`
-	SinceFirstAttempt    int64   `json:"sinceFirstAttempt"`
-	SinceFirstAttemptMin int64   `json:"sinceFirstAttemptMin"`
-	SinceFirstAttemptMax int64   `json:"sinceFirstAttemptMax"`
-}
-
-// rtSchedule is a retry-schedule answer; Policy stays raw so that tests
-// compare it whole.
-type rtSchedule struct {
-	Policy      json.RawMessage `json:"policy"`
-	MaxAttempts int             `json:"maxAttempts"`
-	Attempts    []rtAttempt     `json:"attempts"`
-}
 
 // rtStep is the phase and base delay a schedule should give one retry.
 type rtStep struct {
@@ -88,22 +71,16 @@ func rtJSONEqual(t *testing.T, what string, got any, want string) {
 }
 
 // rtDecode reads a 200 retry-schedule answer.
-func rtDecode(t *testing.T, r response) rtSchedule {
+func rtDecode(t *testing.T, r apptest.Response) retry.ScheduleResponse {
 	t.Helper()
-	want(t, r, http.StatusOK)
-	var s rtSchedule
-	dec := json.NewDecoder(bytes.NewReader(r.Body))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s); err != nil {
-		t.Fatalf("retry schedule: %v: %s", err, r.Body)
-	}
-	return s
+	apptest.Want(t, r, http.StatusOK)
+	return apptest.Decode[retry.ScheduleResponse](t, r)
 }
 
 // rtCheckSteps fails unless s (without jitter) has exactly these retries:
 // numbered from attempt 2, each delay exact, and the time since the first
 // attempt their running sum.
-func rtCheckSteps(t *testing.T, s rtSchedule, steps []rtStep) {
+func rtCheckSteps(t *testing.T, s retry.ScheduleResponse, steps []rtStep) {
 	t.Helper()
 	if s.MaxAttempts != len(steps)+1 || len(s.Attempts) != len(steps) {
 		t.Fatalf("maxAttempts %d with %d retries, want %d retries: %+v", s.MaxAttempts, len(s.Attempts), len(steps), s.Attempts)
@@ -111,7 +88,7 @@ func rtCheckSteps(t *testing.T, s rtSchedule, steps []rtStep) {
 	var since int64
 	for i, st := range steps {
 		since += st.Delay
-		want := rtAttempt{Attempt: i + 2, Phase: st.Phase, Delay: st.Delay, DelayMin: st.Delay, DelayMax: st.Delay,
+		want := retry.AttemptResponse{Attempt: i + 2, Phase: st.Phase, Delay: st.Delay, DelayMin: st.Delay, DelayMax: st.Delay,
 			SinceFirstAttempt: since, SinceFirstAttemptMin: since, SinceFirstAttemptMax: since}
 		if s.Attempts[i] != want {
 			t.Errorf("attempts[%d] = %+v, want %+v", i, s.Attempts[i], want)
@@ -123,7 +100,7 @@ func rtCheckSteps(t *testing.T, s rtSchedule, steps []rtStep) {
 // range KIP-580 gives: ⌊delay·(1 − j)⌋ to ⌊delay·(1 + j)⌋ capped at limit,
 // computed here in integers so that the expectation is exact; the times
 // since the first attempt are the running sums of each bound.
-func rtCheckJitter(t *testing.T, s rtSchedule, pct, limit int64) {
+func rtCheckJitter(t *testing.T, s retry.ScheduleResponse, pct, limit int64) {
 	t.Helper()
 	var lo, hi int64
 	for i, a := range s.Attempts {
@@ -140,21 +117,21 @@ func rtCheckJitter(t *testing.T, s rtSchedule, pct, limit int64) {
 // rtSetupRoom creates room with the JSON members roomFields, an event type
 // "tick" with one version, and a PULL subscription with the JSON members
 // subFields; it returns the subscription's path.
-func rtSetupRoom(t *testing.T, a *testAPI, room, roomFields, subFields string) string {
+func rtSetupRoom(t *testing.T, a *apptest.API, room, roomFields, subFields string) string {
 	t.Helper()
 	body := `{"identifier":"` + room + `","managerIdentifier":"m"`
 	if roomFields != "" {
 		body += "," + roomFields
 	}
-	want(t, a.do("POST", "/v1/rooms", body+"}"), http.StatusCreated)
-	want(t, a.do("POST", "/v1/rooms/"+room+"/event-types", `{"identifier":"tick"}`), http.StatusCreated)
-	want(t, a.do("POST", "/v1/rooms/"+room+"/event-types/tick/versions", `{"schema":true}`), http.StatusCreated)
+	apptest.Want(t, a.Do("POST", "/v1/rooms", body+"}"), http.StatusCreated)
+	apptest.Want(t, a.Do("POST", "/v1/rooms/"+room+"/event-types", `{"identifier":"tick"}`), http.StatusCreated)
+	apptest.Want(t, a.Do("POST", "/v1/rooms/"+room+"/event-types/tick/versions", `{"schema":true}`), http.StatusCreated)
 	body = `{"type":"PULL","eventTypes":[{"eventType":"tick"}]`
 	if subFields != "" {
 		body += "," + subFields
 	}
-	r := a.do("POST", "/v1/rooms/"+room+"/subscriptions", body+"}")
-	want(t, r, http.StatusCreated)
+	r := a.Do("POST", "/v1/rooms/"+room+"/subscriptions", body+"}")
+	apptest.Want(t, r, http.StatusCreated)
 	return "/v1/rooms/" + room + "/subscriptions/" + r.JSON(t)["id"].(string)
 }
 
@@ -237,29 +214,31 @@ func TestRetryPolicyValidation(t *testing.T) {
 		{"deliveryJitter null on a subscription", "s", `"deliveryJitter":null`},
 	}
 
-	a := newTestAPI(t, "sqlite")
-	a.seed(t)
-	sub := "/v1/rooms/orders/subscriptions/" + paSubscribe(t, a, "PUSH")["id"].(string)
+	a := apptest.New(t, store.SQLite)
+	a.Seed(t)
+	r := a.Do("POST", "/v1/rooms/orders/subscriptions", `{"type":"PUSH","pushUrl":"https://receiver.example/hook","eventTypes":[{"eventType":"order.created"}]}`)
+	apptest.Want(t, r, http.StatusCreated)
+	sub := "/v1/rooms/orders/subscriptions/" + r.JSON(t)["id"].(string)
 	// Settings a refused request must leave as they are.
 	const roomBefore, subBefore = `{"backoffRetries":4}`, `{"backoffRetries":2}`
-	want(t, a.do("PATCH", "/v1/rooms/orders", `{"retryPolicy":`+roomBefore+`,"maxDeliveryDelay":9000,"deliveryJitter":0.5}`), http.StatusOK)
-	want(t, a.do("PATCH", sub, `{"retryPolicy":`+subBefore+`,"maxDeliveryDelay":8000,"deliveryJitter":0.25}`), http.StatusOK)
+	apptest.Want(t, a.Do("PATCH", "/v1/rooms/orders", `{"retryPolicy":`+roomBefore+`,"maxDeliveryDelay":9000,"deliveryJitter":0.5}`), http.StatusOK)
+	apptest.Want(t, a.Do("PATCH", sub, `{"retryPolicy":`+subBefore+`,"maxDeliveryDelay":8000,"deliveryJitter":0.25}`), http.StatusOK)
 
 	n := 0
 	targets := []struct {
 		name, on string
-		send     func(frag string) response
+		send     func(frag string) apptest.Response
 	}{
-		{"POST room", "r", func(frag string) response {
+		{"POST room", "r", func(frag string) apptest.Response {
 			n++
-			return a.do("POST", "/v1/rooms", fmt.Sprintf(`{"identifier":"room-%d","managerIdentifier":"m",%s}`, n, frag))
+			return a.Do("POST", "/v1/rooms", fmt.Sprintf(`{"identifier":"room-%d","managerIdentifier":"m",%s}`, n, frag))
 		}},
-		{"PATCH room", "r", func(frag string) response { return a.do("PATCH", "/v1/rooms/orders", "{"+frag+"}") }},
-		{"POST subscription", "s", func(frag string) response {
-			return a.do("POST", "/v1/rooms/orders/subscriptions", `{"type":"PULL","eventTypes":[{"eventType":"order.created"}],`+frag+`}`)
+		{"PATCH room", "r", func(frag string) apptest.Response { return a.Do("PATCH", "/v1/rooms/orders", "{"+frag+"}") }},
+		{"POST subscription", "s", func(frag string) apptest.Response {
+			return a.Do("POST", "/v1/rooms/orders/subscriptions", `{"type":"PULL","eventTypes":[{"eventType":"order.created"}],`+frag+`}`)
 		}},
-		{"PATCH subscription", "s", func(frag string) response { return a.do("PATCH", sub, "{"+frag+"}") }},
-		{"preview", "p", func(frag string) response { return a.do("POST", "/v1/retry-schedule:preview", "{"+frag+"}") }},
+		{"PATCH subscription", "s", func(frag string) apptest.Response { return a.Do("PATCH", sub, "{"+frag+"}") }},
+		{"preview", "p", func(frag string) apptest.Response { return a.Do("POST", "/v1/retry-schedule:preview", "{"+frag+"}") }},
 	}
 	for _, tc := range bad {
 		t.Run(tc.name, func(t *testing.T) {
@@ -271,10 +250,10 @@ func TestRetryPolicyValidation(t *testing.T) {
 					r := tg.send(tc.frag)
 					for _, f := range tc.fields {
 						if !strings.HasPrefix(f, "?") {
-							paWantField(t, r, f)
+							apptest.WantField(t, r, f)
 						}
 					}
-					for _, f := range paFields(t, r) {
+					for _, f := range apptest.Fields(t, r) {
 						if !slices.Contains(tc.fields, f) && !slices.Contains(tc.fields, "?"+f) {
 							t.Errorf("422 also names %q; want only %v", f, tc.fields)
 						}
@@ -285,15 +264,15 @@ func TestRetryPolicyValidation(t *testing.T) {
 	}
 
 	t.Run("refused requests change nothing", func(t *testing.T) {
-		r := a.do("GET", "/v1/rooms/orders", nil)
-		want(t, r, http.StatusOK)
+		r := a.Do("GET", "/v1/rooms/orders", nil)
+		apptest.Want(t, r, http.StatusOK)
 		m := r.JSON(t)
 		rtJSONEqual(t, "room retryPolicy", m["retryPolicy"], roomBefore)
 		if m["maxDeliveryDelay"] != 9000.0 || m["deliveryJitter"] != 0.5 {
 			t.Errorf("room: %s", r.Body)
 		}
-		r = a.do("GET", sub, nil)
-		want(t, r, http.StatusOK)
+		r = a.Do("GET", sub, nil)
+		apptest.Want(t, r, http.StatusOK)
 		m = r.JSON(t)
 		rtJSONEqual(t, "subscription retryPolicy", m["retryPolicy"], subBefore)
 		if m["maxDeliveryDelay"] != 8000.0 || m["deliveryJitter"] != 0.25 {
@@ -323,9 +302,9 @@ func TestRetryPolicyValidation(t *testing.T) {
 // a whole, and null clears it.
 func TestRetryPolicyRoundTrip(t *testing.T) {
 	t.Parallel()
-	forEachDialect(t, func(t *testing.T, a *testAPI) {
-		r := a.do("POST", "/v1/rooms", `{"identifier":"plain","managerIdentifier":"m"}`)
-		want(t, r, http.StatusCreated)
+	apptest.ForEachDialect(t, func(t *testing.T, a *apptest.API) {
+		r := a.Do("POST", "/v1/rooms", `{"identifier":"plain","managerIdentifier":"m"}`)
+		apptest.Want(t, r, http.StatusCreated)
 		if m := r.JSON(t); m["maxDeliveryDelay"] != nil || m["deliveryJitter"] != 0.0 || m["retryPolicy"] != nil {
 			t.Errorf("defaults: %s", r.Body)
 		}
@@ -333,14 +312,14 @@ func TestRetryPolicyRoundTrip(t *testing.T) {
 		// Zeros are values, not absences: they must survive the store.
 		const policy = `{"retriesWithNoDelay":0,"minimumDelayRetries":2,"minimumDelay":250,"backoffRetries":4,"maximumDelay":8000,` +
 			`"maximumDelayRetries":1,"retryBackoffFunction":"arithmetic","jitter":0,"ignoreSubscriptionOverride":true}`
-		r = a.do("POST", "/v1/rooms", `{"identifier":"rp","managerIdentifier":"m","maxDeliveryDelay":60000,"deliveryJitter":0.3,"retryPolicy":`+policy+`}`)
-		want(t, r, http.StatusCreated)
+		r = a.Do("POST", "/v1/rooms", `{"identifier":"rp","managerIdentifier":"m","maxDeliveryDelay":60000,"deliveryJitter":0.3,"retryPolicy":`+policy+`}`)
+		apptest.Want(t, r, http.StatusCreated)
 		id := r.JSON(t)["id"].(string)
 		for _, path := range []string{"", "/v1/rooms/rp", "/v1/rooms/" + id} {
 			m := r.JSON(t)
 			if path != "" {
-				r2 := a.do("GET", path, nil)
-				want(t, r2, http.StatusOK)
+				r2 := a.Do("GET", path, nil)
+				apptest.Want(t, r2, http.StatusOK)
 				m = r2.JSON(t)
 			}
 			rtJSONEqual(t, "retryPolicy of "+path, m["retryPolicy"], policy)
@@ -362,10 +341,10 @@ func TestRetryPolicyRoundTrip(t *testing.T) {
 			{`{"maxDeliveryDelay":604800000,"deliveryJitter":1}`, `null`, 604800000.0, 1},
 		}
 		for _, st := range steps {
-			r = a.do("PATCH", "/v1/rooms/rp", st.patch)
-			want(t, r, http.StatusOK)
-			r2 := a.do("GET", "/v1/rooms/rp", nil)
-			want(t, r2, http.StatusOK)
+			r = a.Do("PATCH", "/v1/rooms/rp", st.patch)
+			apptest.Want(t, r, http.StatusOK)
+			r2 := a.Do("GET", "/v1/rooms/rp", nil)
+			apptest.Want(t, r2, http.StatusOK)
 			for _, m := range []map[string]any{r.JSON(t), r2.JSON(t)} {
 				rtJSONEqual(t, "retryPolicy after "+st.patch, m["retryPolicy"], st.policy)
 				if m["maxDeliveryDelay"] != st.maxDelay || m["deliveryJitter"] != st.jitter {
@@ -378,26 +357,26 @@ func TestRetryPolicyRoundTrip(t *testing.T) {
 		const subPolicy = `{"retriesWithNoDelay":2,"minimumDelayRetries":0,"minimumDelay":0,"backoffRetries":5,"maximumDelay":100,` +
 			`"maximumDelayRetries":0,"retryBackoffFunction":"exponential","jitter":0.5}`
 		path := rtSetupRoom(t, a, "subs", "", `"maxDeliveryDelay":5000,"deliveryJitter":0,"retryPolicy":`+subPolicy)
-		r = a.do("GET", path, nil)
-		want(t, r, http.StatusOK)
+		r = a.Do("GET", path, nil)
+		apptest.Want(t, r, http.StatusOK)
 		m := r.JSON(t)
 		rtJSONEqual(t, "subscription retryPolicy", m["retryPolicy"], subPolicy)
 		if m["maxDeliveryDelay"] != 5000.0 || m["deliveryJitter"] != 0.0 {
 			t.Errorf("subscription overrides: %s", r.Body)
 		}
-		r = a.do("GET", "/v1/rooms/subs/subscriptions", nil)
-		want(t, r, http.StatusOK)
+		r = a.Do("GET", "/v1/rooms/subs/subscriptions", nil)
+		apptest.Want(t, r, http.StatusOK)
 		rtJSONEqual(t, "listed subscription retryPolicy", r.JSON(t)["items"].([]any)[0].(map[string]any)["retryPolicy"], subPolicy)
 
-		r = a.do("PATCH", path, `{"retryPolicy":null,"maxDeliveryDelay":null,"deliveryJitter":null}`)
-		want(t, r, http.StatusOK)
-		r = a.do("GET", path, nil)
-		want(t, r, http.StatusOK)
+		r = a.Do("PATCH", path, `{"retryPolicy":null,"maxDeliveryDelay":null,"deliveryJitter":null}`)
+		apptest.Want(t, r, http.StatusOK)
+		r = a.Do("GET", path, nil)
+		apptest.Want(t, r, http.StatusOK)
 		if m := r.JSON(t); m["retryPolicy"] != nil || m["maxDeliveryDelay"] != nil || m["deliveryJitter"] != nil {
 			t.Errorf("after clearing the overrides: %s", r.Body)
 		}
-		r = a.do("GET", "/v1/rooms/plain", nil) // a room with nothing set reads back the same
-		want(t, r, http.StatusOK)
+		r = a.Do("GET", "/v1/rooms/plain", nil) // a room with nothing set reads back the same
+		apptest.Want(t, r, http.StatusOK)
 		if m := r.JSON(t); m["maxDeliveryDelay"] != nil || m["deliveryJitter"] != 0.0 || m["retryPolicy"] != nil {
 			t.Errorf("plain room read back: %s", r.Body)
 		}
@@ -462,11 +441,11 @@ func TestRetrySchedulePrecedence(t *testing.T) {
 			roomIgnor, rtPolicySteps,
 		},
 	}
-	forEachDialect(t, func(t *testing.T, a *testAPI) {
+	apptest.ForEachDialect(t, func(t *testing.T, a *apptest.API) {
 		for i, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
 				path := rtSetupRoom(t, a, fmt.Sprintf("prec-%d", i), tc.room, tc.sub)
-				s := rtDecode(t, a.do("GET", path+"/retry-schedule", nil))
+				s := rtDecode(t, a.Do("GET", path+"/retry-schedule", nil))
 				rtJSONEqual(t, "policy", s.Policy, tc.wantPolicy)
 				rtCheckSteps(t, s, tc.steps)
 			})
@@ -474,7 +453,7 @@ func TestRetrySchedulePrecedence(t *testing.T) {
 
 		t.Run("jitter override", func(t *testing.T) {
 			path := rtSetupRoom(t, a, "jitter", roomEBR, `"deliveryJitter":0.5`)
-			s := rtDecode(t, a.do("GET", path+"/retry-schedule", nil))
+			s := rtDecode(t, a.Do("GET", path+"/retry-schedule", nil))
 			rtJSONEqual(t, "policy", s.Policy,
 				`{"kind":"exponential","source":"room with subscription overrides","deliveryDelay":100,"deliveryDelayMultiplier":3,"deliveryAttempts":4,"maxDeliveryDelay":604800000,"deliveryJitter":0.5}`)
 			for i, d := range []int64{300, 900, 2700} {
@@ -487,26 +466,26 @@ func TestRetrySchedulePrecedence(t *testing.T) {
 
 		t.Run("clearing the subscription's policy falls back to the room's", func(t *testing.T) {
 			path := rtSetupRoom(t, a, "fallback", `"retryPolicy":`+rtPolicyBody, `"retryPolicy":{"backoffRetries":1}`)
-			if got := rtDecode(t, a.do("GET", path+"/retry-schedule", nil)); !strings.Contains(string(got.Policy), `"source":"subscription"`) {
-				t.Fatalf("policy %s, want the subscription's", got.Policy)
+			if got := rtDecode(t, a.Do("GET", path+"/retry-schedule", nil)); got.Policy.Source != "subscription" {
+				t.Fatalf("policy %+v, want the subscription's", got.Policy)
 			}
-			want(t, a.do("PATCH", path, `{"retryPolicy":null}`), http.StatusOK)
-			s := rtDecode(t, a.do("GET", path+"/retry-schedule", nil))
+			apptest.Want(t, a.Do("PATCH", path, `{"retryPolicy":null}`), http.StatusOK)
+			s := rtDecode(t, a.Do("GET", path+"/retry-schedule", nil))
 			rtJSONEqual(t, "policy", s.Policy, roomFour)
 			rtCheckSteps(t, s, rtPolicySteps)
 
 			// And a room policy removed falls back to its exponential backoff.
-			want(t, a.do("PATCH", "/v1/rooms/fallback", `{"retryPolicy":null}`), http.StatusOK)
-			s = rtDecode(t, a.do("GET", path+"/retry-schedule", nil))
+			apptest.Want(t, a.Do("PATCH", "/v1/rooms/fallback", `{"retryPolicy":null}`), http.StatusOK)
+			s = rtDecode(t, a.Do("GET", path+"/retry-schedule", nil))
 			rtCheckSteps(t, s, rtExp(2000, 4000))
 		})
 
 		t.Run("by room id", func(t *testing.T) {
 			path := rtSetupRoom(t, a, "by-id", roomEBR, "")
-			r := a.do("GET", "/v1/rooms/by-id", nil)
-			want(t, r, http.StatusOK)
+			r := a.Do("GET", "/v1/rooms/by-id", nil)
+			apptest.Want(t, r, http.StatusOK)
 			byID := strings.Replace(path, "/by-id/", "/"+r.JSON(t)["id"].(string)+"/", 1)
-			rtCheckSteps(t, rtDecode(t, a.do("GET", byID+"/retry-schedule", nil)), rtExp(300, 900, 2700))
+			rtCheckSteps(t, rtDecode(t, a.Do("GET", byID+"/retry-schedule", nil)), rtExp(300, 900, 2700))
 		})
 
 		t.Run("not found", func(t *testing.T) {
@@ -519,7 +498,7 @@ func TestRetrySchedulePrecedence(t *testing.T) {
 				"/v1/rooms/nf/subscriptions/not-a-uuid",
 				"/v1/rooms/other/subscriptions/" + subID, // another room's subscription
 			} {
-				want(t, a.do("GET", p+"/retry-schedule", nil), http.StatusNotFound)
+				apptest.Want(t, a.Do("GET", p+"/retry-schedule", nil), http.StatusNotFound)
 			}
 		})
 	})
@@ -545,8 +524,8 @@ func rtCurvePolicy(f, jitter string) string {
 // documents, jitter ranges included, and refuses what a room refuses.
 func TestRetrySchedulePreview(t *testing.T) {
 	t.Parallel()
-	a := newTestAPI(t, "sqlite")
-	preview := func(body any) response { return a.do("POST", "/v1/retry-schedule:preview", body) }
+	a := apptest.New(t, store.SQLite)
+	preview := func(body any) apptest.Response { return a.Do("POST", "/v1/retry-schedule:preview", body) }
 
 	t.Run("the README's curves", func(t *testing.T) {
 		readme := rtReadmeCurves(t)
@@ -556,8 +535,8 @@ func TestRetrySchedulePreview(t *testing.T) {
 					t.Errorf("README.md gives %s as %s, want %v", f, got, delays)
 				}
 				s := rtDecode(t, preview(rtCurvePolicy(f, "0")))
-				if !strings.Contains(string(s.Policy), `"kind":"fourPhase","source":"room"`) {
-					t.Errorf("policy %s", s.Policy)
+				if s.Policy.Kind != "fourPhase" || s.Policy.Source != "room" {
+					t.Errorf("policy %+v", s.Policy)
 				}
 				steps := make([]rtStep, len(delays))
 				for i, d := range delays {
@@ -677,19 +656,19 @@ func TestRetrySchedulePreview(t *testing.T) {
 			{`{} {}`, 400, "body"},
 		} {
 			r := preview(tc.body)
-			want(t, r, tc.status)
-			if f := paFields(t, r); len(f) != 1 || f[0] != tc.field {
+			apptest.Want(t, r, tc.status)
+			if f := apptest.Fields(t, r); len(f) != 1 || f[0] != tc.field {
 				t.Errorf("%s: names %v, want [%s]", tc.body, f, tc.field)
 			}
 		}
-		want(t, preview(`{"retryPolicy":{"backoffRetries":"`+strings.Repeat("9", 70<<10)+`"}}`), http.StatusRequestEntityTooLarge)
+		apptest.Want(t, preview(`{"retryPolicy":{"backoffRetries":"`+strings.Repeat("9", 70<<10)+`"}}`), http.StatusRequestEntityTooLarge)
 	})
 }
 
 // rtReadmeCurves reads the README's table of the four curves.
 func rtReadmeCurves(t *testing.T) map[string][]int64 {
 	t.Helper()
-	raw, err := os.ReadFile("../../README.md")
+	raw, err := os.ReadFile(filepath.Join(apptest.RepoRoot(), "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
