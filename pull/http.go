@@ -27,7 +27,8 @@ type pullRequest struct {
 	WaitMs      *int64 `json:"waitMs"`
 }
 
-type pullResponse struct {
+// MessagesResponse is the answer to a pull.
+type MessagesResponse struct {
 	Messages []Message `json:"messages"`
 }
 
@@ -58,7 +59,7 @@ func (s *Service) pull(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, pullResponse{Messages: msgs})
+	return c.JSON(http.StatusOK, MessagesResponse{Messages: msgs})
 }
 
 type ackRequest struct {
@@ -67,7 +68,9 @@ type ackRequest struct {
 	AckDeadlineMs *int64 `json:"ackDeadlineMs,omitempty"`
 }
 
-type ackResponse struct {
+// ResultsResponse is the answer to an ack, a nack or a modify-ack-deadline:
+// one result per ack id, in request order.
+type ResultsResponse struct {
 	Results []Result `json:"results"`
 }
 
@@ -100,7 +103,7 @@ func (s *Service) ack(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, ackResponse{Results: res})
+	return c.JSON(http.StatusOK, ResultsResponse{Results: res})
 }
 
 func (s *Service) nack(c echo.Context) error {
@@ -112,7 +115,7 @@ func (s *Service) nack(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, ackResponse{Results: res})
+	return c.JSON(http.StatusOK, ResultsResponse{Results: res})
 }
 
 func (s *Service) modify(c echo.Context) error {
@@ -125,5 +128,5 @@ func (s *Service) modify(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, ackResponse{Results: res})
+	return c.JSON(http.StatusOK, ResultsResponse{Results: res})
 }

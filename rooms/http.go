@@ -58,7 +58,8 @@ func (r roomRequest) patch() RoomPatch {
 	return RoomPatch(r)
 }
 
-type roomResponse struct {
+// RoomResponse is a room as the API shows it.
+type RoomResponse struct {
 	ID                      string       `json:"id"`
 	Identifier              string       `json:"identifier"`
 	ManagerIdentifier       string       `json:"managerIdentifier"`
@@ -75,7 +76,7 @@ type roomResponse struct {
 	UpdatedAt               time.Time    `json:"updatedAt"`
 }
 
-func toRoomResponse(r Room) roomResponse {
+func toRoomResponse(r Room) RoomResponse {
 	var exp *int64
 	if r.MessageExpiration > 0 {
 		v := r.MessageExpiration
@@ -86,7 +87,7 @@ func toRoomResponse(r Room) roomResponse {
 		v := r.MaxDeliveryDelay
 		maxDelay = &v
 	}
-	return roomResponse{
+	return RoomResponse{
 		ID:                      r.ID.String(),
 		Identifier:              r.Identifier,
 		ManagerIdentifier:       r.ManagerIdentifier,
@@ -126,7 +127,7 @@ func (h handlers) listRooms(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := api.List[roomResponse]{Items: make([]roomResponse, len(rs))}
+	out := api.List[RoomResponse]{Items: make([]RoomResponse, len(rs))}
 	for i, r := range rs {
 		out.Items[i] = toRoomResponse(r)
 	}
@@ -185,7 +186,8 @@ type eventTypeRequest struct {
 	Description string `json:"description"`
 }
 
-type eventTypeResponse struct {
+// EventTypeResponse is an event type as the API shows it.
+type EventTypeResponse struct {
 	ID          string    `json:"id"`
 	RoomID      string    `json:"roomId"`
 	Identifier  string    `json:"identifier"`
@@ -193,8 +195,8 @@ type eventTypeResponse struct {
 	CreatedAt   time.Time `json:"createdAt"`
 }
 
-func toEventTypeResponse(et EventType) eventTypeResponse {
-	return eventTypeResponse{
+func toEventTypeResponse(et EventType) EventTypeResponse {
+	return EventTypeResponse{
 		ID:          et.ID.String(),
 		RoomID:      et.RoomID.String(),
 		Identifier:  et.Identifier,
@@ -225,7 +227,7 @@ func (h handlers) listEventTypes(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := api.List[eventTypeResponse]{Items: make([]eventTypeResponse, len(ets))}
+	out := api.List[EventTypeResponse]{Items: make([]EventTypeResponse, len(ets))}
 	for i, et := range ets {
 		out.Items[i] = toEventTypeResponse(et)
 	}
@@ -255,15 +257,16 @@ type versionRequest struct {
 	Schema  json.RawMessage   `json:"schema"`
 }
 
-type versionResponse struct {
+// VersionResponse is a version of an event type, with its schema.
+type VersionResponse struct {
 	EventType string          `json:"eventType"`
 	Version   int             `json:"version"`
 	Schema    json.RawMessage `json:"schema"`
 	CreatedAt time.Time       `json:"createdAt"`
 }
 
-func toVersionResponse(eventType string, v Version) versionResponse {
-	return versionResponse{EventType: eventType, Version: v.Version, Schema: v.Schema, CreatedAt: v.CreatedAt}
+func toVersionResponse(eventType string, v Version) VersionResponse {
+	return VersionResponse{EventType: eventType, Version: v.Version, Schema: v.Schema, CreatedAt: v.CreatedAt}
 }
 
 func (h handlers) createVersion(c echo.Context) error {
@@ -288,7 +291,7 @@ func (h handlers) listVersions(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := api.List[versionResponse]{Items: make([]versionResponse, len(vs))}
+	out := api.List[VersionResponse]{Items: make([]VersionResponse, len(vs))}
 	for i, v := range vs {
 		out.Items[i] = toVersionResponse(c.Param("eventType"), v)
 	}

@@ -44,7 +44,8 @@ type request struct {
 	Owner                   api.Nullable[string]            `json:"owner"`
 }
 
-type response struct {
+// Response is a subscription as the API shows it.
+type Response struct {
 	ID                      string             `json:"id"`
 	RoomID                  string             `json:"roomId"`
 	Type                    Type               `json:"type"`
@@ -66,8 +67,8 @@ type response struct {
 	UpdatedAt     time.Time `json:"updatedAt"`
 }
 
-func toResponse(s Subscription) response {
-	r := response{
+func toResponse(s Subscription) Response {
+	r := Response{
 		ID:                      s.ID.String(),
 		RoomID:                  s.RoomID.String(),
 		Type:                    s.Type,
@@ -136,7 +137,7 @@ func (h handlers) list(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := api.List[response]{Items: make([]response, len(subs))}
+	out := api.List[Response]{Items: make([]Response, len(subs))}
 	for i, s := range subs {
 		out.Items[i] = toResponse(s)
 	}
