@@ -1,0 +1,157 @@
+package apptest
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"time"
+
+	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/pull"
+	"github.com/roomhub/messaging-api/push"
+)
+
+// The helpers of this file drive PULL subscriptions through a service a test
+// started (StartService, StartProcess): a room with event type "tick", its
+// subscriptions, publishing, pulling, acking, and the delivery log and dead
+// letters of a subscription.
+
+// UniqueRoom returns a room identifier no other test (nor an earlier run
+// against the shared PostgreSQL and broker) uses.
+func UniqueRoom(prefix string) string {
+	return fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano())
+}
+
+// PullSub is a PULL subscription a test created, used through C.
+type PullSub struct {
+	C    Client
+	Room string // the room's identifier
+	ID   string
+}
+
+// Path is the subscription's URL path.
+func (s PullSub) Path() string { return "/v1/rooms/" + s.Room + "/subscriptions/" + s.ID }
+
+// SetupPull creates room with roomFields (JSON members such as
+// `"deliveryDelay":200`), event type "tick" with version 1, which takes any
+// JSON, and a PULL subscription to it with subFields (such as
+// `"ackDeadline":1000`).
+func (c Client) SetupPull(room, roomFields, subFields string) PullSub {
+	c.T.Helper()
+	if roomFields != "" {
+		roomFields = "," + roomFields
+	}
+	c.CallJSON("POST", "/v1/rooms", `{"identifier":"`+room+`","managerIdentifier":"m"`+roomFields+`}`, http.StatusCreated, nil)
+	c.CallJSON("POST", "/v1/rooms/"+room+"/event-types", `{"identifier":"tick"}`, http.StatusCreated, nil)
+	c.CallJSON("POST", "/v1/rooms/"+room+"/event-types/tick/versions", `{"schema":true}`, http.StatusCreated, nil)
+	return c.AddPullSub(room, subFields)
+}
+
+// AddPullSub creates another PULL subscription to "tick" in room, with
+// subFields as SetupPull.
+func (c Client) AddPullSub(room, subFields string) PullSub {
+	c.T.Helper()
+	if subFields != "" {
+		subFields = "," + subFields
+	}
+	var sub struct {
+		ID string `json:"id"`
+	}
+	c.CallJSON("POST", "/v1/rooms/"+room+"/subscriptions", `{"type":"PULL","eventTypes":[{"eventType":"tick"}]`+subFields+`}`, http.StatusCreated, &sub)
+	return PullSub{C: c, Room: room, ID: sub.ID}
+}
+
+// Tick is the answer to a publish of PublishTick, with the payload sent.
+type Tick struct {
+	publish.PublishResponse
+	Payload string
+}
+
+// PublishTick publishes a "tick" with payload {"n":n} and the one attribute
+// seq=n.
+func (c Client) PublishTick(room string, n int) Tick {
+	c.T.Helper()
+	p := Tick{Payload: fmt.Sprintf(`{"n":%d}`, n)}
+	c.CallJSON("POST", "/v1/rooms/"+room+"/messages",
+		fmt.Sprintf(`{"eventType":"tick","payload":%s,"attributes":{"seq":"%d"}}`, p.Payload, n), http.StatusAccepted, &p.PublishResponse)
+	return p
+}
+
+// Pull makes one pull request, waiting up to waitMs for the first message.
+func (s PullSub) Pull(maxMessages, waitMs int) []pull.Message {
+	s.C.T.Helper()
+	var out pull.MessagesResponse
+	s.C.CallJSON("POST", s.Path()+"/pull", fmt.Sprintf(`{"maxMessages":%d,"waitMs":%d}`, maxMessages, waitMs), http.StatusOK, &out)
+	if out.Messages == nil {
+		s.C.T.Fatal("pull answered without a messages array")
+	}
+	return out.Messages
+}
+
+// PullN pulls until n messages came, failing after within.
+func (s PullSub) PullN(n int, within time.Duration) []pull.Message {
+	s.C.T.Helper()
+	var got []pull.Message
+	deadline := time.Now().Add(within)
+	for len(got) < n {
+		left := time.Until(deadline)
+		if left <= 0 {
+			s.C.T.Fatalf("pulled %d messages within %v, want %d", len(got), within, n)
+		}
+		got = append(got, s.Pull(min(n-len(got), pull.MaxMessages), int(min(left, pull.MaxWait).Milliseconds()))...)
+	}
+	if len(got) != n {
+		s.C.T.Fatalf("pulled %d messages, want %d", len(got), n)
+	}
+	return got
+}
+
+// PullNone fails if a pull waiting up to waitMs gets anything.
+func (s PullSub) PullNone(waitMs int) {
+	s.C.T.Helper()
+	if ms := s.Pull(pull.MaxMessages, waitMs); len(ms) != 0 {
+		s.C.T.Fatalf("pulled %d messages, want none: %+v", len(ms), ms)
+	}
+}
+
+// Settle acks or nacks (op "ack" or "nack") ids and returns the result of
+// each.
+func (s PullSub) Settle(op string, ids ...string) []pull.Result {
+	s.C.T.Helper()
+	body, err := json.Marshal(map[string][]string{"ackIds": ids})
+	if err != nil {
+		s.C.T.Fatal(err)
+	}
+	var out pull.ResultsResponse
+	s.C.CallJSON("POST", s.Path()+"/"+op, string(body), http.StatusOK, &out)
+	return out.Results
+}
+
+// Ack acks ids and returns the result of each.
+func (s PullSub) Ack(ids ...string) []pull.Result { return s.Settle("ack", ids...) }
+
+// Deliveries is the subscription's delivery log of event (of every event
+// when ""), oldest first, up to the API's page of 500.
+func (s PullSub) Deliveries(event string) []push.DeliveryResponse {
+	s.C.T.Helper()
+	var list api.List[push.DeliveryResponse]
+	s.C.CallJSON("GET", s.Path()+"/deliveries?limit=500", "", http.StatusOK, &list)
+	var out []push.DeliveryResponse
+	for _, d := range list.Items {
+		if event == "" || d.EventID == event {
+			out = append(out, d)
+		}
+	}
+	slices.Reverse(out) // the API lists newest first
+	return out
+}
+
+// DeadLetters lists the subscription's dead letters, oldest first.
+func (s PullSub) DeadLetters() []push.DeadLetterResponse {
+	s.C.T.Helper()
+	var list api.List[push.DeadLetterResponse]
+	s.C.CallJSON("GET", s.Path()+"/dead-letters", "", http.StatusOK, &list)
+	return list.Items
+}
