@@ -1,10 +1,11 @@
-package main
+package pull_test
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -16,105 +17,58 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/roomhub/messaging-api/api"
+	"github.com/roomhub/messaging-api/api/apitest"
+	"github.com/roomhub/messaging-api/app"
+	"github.com/roomhub/messaging-api/app/apptest"
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/message"
+	"github.com/roomhub/messaging-api/metrics"
 	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/pull"
+	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/store"
 	"github.com/roomhub/messaging-api/store/storetest"
+	"github.com/roomhub/messaging-api/subscriptions"
 )
 
-// The tests of this file cover pulling through the harness, so that every
+// The tests of this file cover pulling through apptest, so that every
 // answer is checked against openapi.yaml: a subscription's ackDeadline, the
 // validation of pull, ack, nack and modify-ack-deadline, and what each does
-// to leases stored straight in the database (the harness's broker cannot be
-// consumed), to the message log and to dead letters. TestPullAPILive runs
-// the same API over the embedded broker, the outbox relay and the lease
-// reaper, to check real pull answers against the spec too. Helpers are
-// prefixed pat (pull API test).
+// to leases stored straight in the database (apptest's broker cannot be
+// consumed), to the message log and to dead letters. TestPullAPILive and
+// TestPullLongPoll run the same API over the embedded broker, the outbox
+// relay and the lease reaper, to check real pull answers against the spec
+// too.
 
-// patRoomBody is the room every test uses: retries after 200 ms, then 400,
+// roomBody is the room every test uses: retries after 200 ms, then 400,
 // 800, ... without jitter, 3 attempts, no expiration.
-const patRoomBody = `{"identifier":"pulls","managerIdentifier":"m","deliveryDelay":200,"deliveryDelayMultiplier":2,"deliveryAttempts":3,"deliveryJitter":0}`
+const roomBody = `{"identifier":"pulls","managerIdentifier":"m","deliveryDelay":200,"deliveryDelayMultiplier":2,"deliveryAttempts":3,"deliveryJitter":0}`
 
-// patResult is one entry of an ack, nack or modify-ack-deadline answer.
-type patResult struct {
-	AckID  string `json:"ackId"`
-	Status string `json:"status"`
-}
+// loggedEvent is a message of the room's log.
+type loggedEvent struct{ publish.EventResponse }
 
-// patAttempt is one attempt of a delivery in the message log.
-type patAttempt struct {
-	ID             string     `json:"id"`
-	Attempt        int        `json:"attempt"`
-	ScheduledDelay int64      `json:"scheduledDelay"`
-	Status         string     `json:"status"`
-	Error          string     `json:"error"`
-	CompletedAt    *time.Time `json:"completedAt"`
-}
-
-// patEvent is a message of the room's log.
-type patEvent struct {
-	EventID          string            `json:"eventId"`
-	RoomID           string            `json:"roomId"`
-	CorrelationID    string            `json:"correlationId"`
-	EventType        string            `json:"eventType"`
-	EventTypeVersion int               `json:"eventTypeVersion"`
-	Payload          json.RawMessage   `json:"payload"`
-	Attributes       map[string]string `json:"attributes"`
-	PublishedAt      time.Time         `json:"publishedAt"`
-	ExpiresAt        *time.Time        `json:"expiresAt"`
-	Deliveries       []struct {
-		SubscriptionID   string       `json:"subscriptionId"`
-		SubscriptionType string       `json:"subscriptionType"`
-		Destination      string       `json:"destination"`
-		Attempts         []patAttempt `json:"attempts"`
-	} `json:"deliveries"`
-}
-
-// patMessage is one message of a pull answer.
-type patMessage struct {
-	AckID            string            `json:"ackId"`
-	EventID          string            `json:"eventId"`
-	CorrelationID    string            `json:"correlationId"`
-	EventType        string            `json:"eventType"`
-	EventTypeVersion int               `json:"eventTypeVersion"`
-	Attempt          int               `json:"attempt"`
-	PublishedAt      time.Time         `json:"publishedAt"`
-	Attributes       map[string]string `json:"attributes"`
-	Payload          json.RawMessage   `json:"payload"`
-	AckDeadline      time.Time         `json:"ackDeadline"`
-}
-
-// patSub is a subscription of room "pulls".
-type patSub struct {
-	a           *testAPI
+// apiSub is a subscription of room "pulls".
+type apiSub struct {
+	a           *apptest.API
 	room, id    uuid.UUID
 	destination string
 }
 
-func (s patSub) path() string { return "/v1/rooms/pulls/subscriptions/" + s.id.String() }
+func (s apiSub) path() string { return "/v1/rooms/pulls/subscriptions/" + s.id.String() }
 
-// patDecode decodes r's body into out, failing the test on error.
-func patDecode(t *testing.T, r response, out any) {
-	t.Helper()
-	if err := json.Unmarshal(r.Body, out); err != nil {
-		t.Fatalf("%v: %s", err, r.Body)
-	}
-}
-
-// patSetup creates room "pulls" (patRoomBody) with event type "tick" and its
+// apiSetup creates room "pulls" (roomBody) with event type "tick" and its
 // version 1, which takes any JSON, and a PULL subscription to it with fields.
-func patSetup(t *testing.T, a *testAPI, fields map[string]any) patSub {
+func apiSetup(t *testing.T, a *apptest.API, fields map[string]any) apiSub {
 	t.Helper()
-	want(t, a.do("POST", "/v1/rooms", patRoomBody), http.StatusCreated)
-	want(t, a.do("POST", "/v1/rooms/pulls/event-types", `{"identifier":"tick"}`), http.StatusCreated)
-	want(t, a.do("POST", "/v1/rooms/pulls/event-types/tick/versions", `{"schema":true}`), http.StatusCreated)
-	return patAddSub(t, a, "PULL", fields)
+	apptest.Want(t, a.Do("POST", "/v1/rooms", roomBody), http.StatusCreated)
+	apptest.Want(t, a.Do("POST", "/v1/rooms/pulls/event-types", `{"identifier":"tick"}`), http.StatusCreated)
+	apptest.Want(t, a.Do("POST", "/v1/rooms/pulls/event-types/tick/versions", `{"schema":true}`), http.StatusCreated)
+	return apiAddSub(t, a, "PULL", fields)
 }
 
-// patAddSub creates another subscription of type typ to "tick" with fields.
-func patAddSub(t *testing.T, a *testAPI, typ string, fields map[string]any) patSub {
+// apiAddSub creates another subscription of type typ to "tick" with fields.
+func apiAddSub(t *testing.T, a *apptest.API, typ string, fields map[string]any) apiSub {
 	t.Helper()
 	body := map[string]any{"type": typ, "eventTypes": []any{map[string]any{"eventType": "tick"}}}
 	if typ == "PUSH" {
@@ -123,42 +77,35 @@ func patAddSub(t *testing.T, a *testAPI, typ string, fields map[string]any) patS
 	for k, v := range fields {
 		body[k] = v
 	}
-	r := a.do("POST", "/v1/rooms/pulls/subscriptions", body)
-	want(t, r, http.StatusCreated)
-	var out struct {
-		ID          string  `json:"id"`
-		RoomID      string  `json:"roomId"`
-		Destination *string `json:"destination"`
-	}
-	patDecode(t, r, &out)
-	s := patSub{a: a, room: uuid.MustParse(out.RoomID), id: uuid.MustParse(out.ID)}
+	r := a.Do("POST", "/v1/rooms/pulls/subscriptions", body)
+	apptest.Want(t, r, http.StatusCreated)
+	out := apptest.Decode[subscriptions.Response](t, r)
+	s := apiSub{a: a, room: uuid.MustParse(out.RoomID), id: uuid.MustParse(out.ID)}
 	if out.Destination != nil {
 		s.destination = *out.Destination
 	}
 	return s
 }
 
-// patPublish publishes a "tick" with payload {"n":n} and attribute seq=n
+// apiPublish publishes a "tick" with payload {"n":n} and attribute seq=n
 // and returns its event id.
-func patPublish(t *testing.T, a *testAPI, n int) string {
+func apiPublish(t *testing.T, a *apptest.API, n int) string {
 	t.Helper()
-	r := a.do("POST", "/v1/rooms/pulls/messages", fmt.Sprintf(`{"eventType":"tick","payload":{"n":%d},"attributes":{"seq":"%d"}}`, n, n))
-	want(t, r, http.StatusAccepted)
-	return r.JSON(t)["eventId"].(string)
+	r := a.Do("POST", "/v1/rooms/pulls/messages", fmt.Sprintf(`{"eventType":"tick","payload":{"n":%d},"attributes":{"seq":"%d"}}`, n, n))
+	apptest.Want(t, r, http.StatusAccepted)
+	return apptest.Decode[publish.PublishResponse](t, r).EventID
 }
 
-// patLog reads an event of the message log.
-func patLog(t *testing.T, a *testAPI, eventID string) patEvent {
+// readLog reads an event of the message log.
+func readLog(t *testing.T, a *apptest.API, eventID string) loggedEvent {
 	t.Helper()
-	r := a.do("GET", "/v1/rooms/pulls/messages/"+eventID, nil)
-	want(t, r, http.StatusOK)
-	var ev patEvent
-	patDecode(t, r, &ev)
-	return ev
+	r := a.Do("GET", "/v1/rooms/pulls/messages/"+eventID, nil)
+	apptest.Want(t, r, http.StatusOK)
+	return loggedEvent{apptest.Decode[publish.EventResponse](t, r)}
 }
 
 // attempts are the log's attempts of e to subscription s.
-func (e patEvent) attempts(t *testing.T, s patSub) []patAttempt {
+func (e loggedEvent) attempts(t *testing.T, s apiSub) []publish.AttemptResponse {
 	t.Helper()
 	for _, d := range e.Deliveries {
 		if d.SubscriptionID == s.id.String() {
@@ -175,9 +122,9 @@ func (e patEvent) attempts(t *testing.T, s patSub) []patAttempt {
 // lease stores a lease of event eventID's attempt for s, as a pull would
 // have, on the log's copy of that attempt, and returns its ack id. mod, when
 // not nil, changes the lease before it is stored.
-func (s patSub) lease(t *testing.T, eventID string, attempt int, deadline time.Time, mod func(*pull.Lease)) uuid.UUID {
+func (s apiSub) lease(t *testing.T, eventID string, attempt int, deadline time.Time, mod func(*pull.Lease)) uuid.UUID {
 	t.Helper()
-	ev := patLog(t, s.a, eventID)
+	ev := readLog(t, s.a, eventID)
 	var sendID uuid.UUID
 	for _, at := range ev.attempts(t, s) {
 		if at.Attempt == attempt {
@@ -187,7 +134,7 @@ func (s patSub) lease(t *testing.T, eventID string, attempt int, deadline time.T
 	if sendID == uuid.Nil {
 		t.Fatalf("event %s has no attempt %d to %s", eventID, attempt, s.id)
 	}
-	now := paNow()
+	now := app.Clock()
 	l := pull.Lease{
 		AckID: uuid.Must(uuid.NewV7()), SubscriptionID: s.id, RoomID: s.room, SendID: sendID,
 		Event: message.Event{
@@ -203,7 +150,7 @@ func (s patSub) lease(t *testing.T, eventID string, attempt int, deadline time.T
 	if mod != nil {
 		mod(&l)
 	}
-	if err := s.a.db.Leases().AddLeases(context.Background(), []pull.Lease{l}, nil); err != nil {
+	if err := s.a.DB.Leases().AddLeases(context.Background(), []pull.Lease{l}, nil); err != nil {
 		t.Fatal(err)
 	}
 	return l.AckID
@@ -211,11 +158,11 @@ func (s patSub) lease(t *testing.T, eventID string, attempt int, deadline time.T
 
 // leases reads the stored leases of s among ids, live or not, without
 // changing them: it settles them in a transaction that it rolls back.
-func (s patSub) leases(t *testing.T, ids ...uuid.UUID) map[uuid.UUID]pull.Lease {
+func (s apiSub) leases(t *testing.T, ids ...uuid.UUID) map[uuid.UUID]pull.Lease {
 	t.Helper()
 	errProbe := errors.New("probe only")
 	out := map[uuid.UUID]pull.Lease{}
-	_, err := s.a.db.Leases().SettleLeases(context.Background(),
+	_, err := s.a.DB.Leases().SettleLeases(context.Background(),
 		pull.Selector{SubscriptionID: s.id, AckIDs: ids, Now: time.Time{}},
 		func(ls []pull.Lease) ([]pull.Settlement, error) {
 			for _, l := range ls {
@@ -230,19 +177,15 @@ func (s patSub) leases(t *testing.T, ids ...uuid.UUID) map[uuid.UUID]pull.Lease 
 }
 
 // settle posts body to s's op endpoint and returns its results.
-func (s patSub) settle(t *testing.T, op string, body any) []patResult {
+func (s apiSub) settle(t *testing.T, op string, body any) []pull.Result {
 	t.Helper()
-	r := s.a.do("POST", s.path()+"/"+op, body)
-	want(t, r, http.StatusOK)
-	var out struct {
-		Results []patResult `json:"results"`
-	}
-	patDecode(t, r, &out)
-	return out.Results
+	r := s.a.Do("POST", s.path()+"/"+op, body)
+	apptest.Want(t, r, http.StatusOK)
+	return apptest.Decode[pull.ResultsResponse](t, r).Results
 }
 
-// ids are ack ids as the request strings.
-func patIDs(ids ...any) []string {
+// ackIDs are ack ids as the request strings.
+func ackIDs(ids ...any) []string {
 	out := make([]string, len(ids))
 	for i, id := range ids {
 		out[i] = fmt.Sprint(id)
@@ -250,47 +193,34 @@ func patIDs(ids ...any) []string {
 	return out
 }
 
-// patWantResults fails unless rs answers ids, in order, with statuses.
-func patWantResults(t *testing.T, what string, rs []patResult, ids []string, statuses ...string) {
-	t.Helper()
-	if len(rs) != len(ids) {
-		t.Fatalf("%s: %d results for %d ack ids: %+v", what, len(rs), len(ids), rs)
-	}
-	for i := range rs {
-		if rs[i].AckID != ids[i] || rs[i].Status != statuses[i] {
-			t.Errorf("%s: results[%d] = %+v, want {%s %s}", what, i, rs[i], ids[i], statuses[i])
-		}
-	}
-}
-
 // ack, nack and modify settle ids and check each got status.
-func (s patSub) ack(t *testing.T, status string, ids ...any) {
+func (s apiSub) ack(t *testing.T, status string, ids ...any) {
 	t.Helper()
-	s.wantAll(t, "ack", map[string]any{"ackIds": patIDs(ids...)}, status, ids)
+	s.wantAll(t, "ack", map[string]any{"ackIds": ackIDs(ids...)}, status, ids)
 }
 
-func (s patSub) nack(t *testing.T, status string, ids ...any) {
+func (s apiSub) nack(t *testing.T, status string, ids ...any) {
 	t.Helper()
-	s.wantAll(t, "nack", map[string]any{"ackIds": patIDs(ids...)}, status, ids)
+	s.wantAll(t, "nack", map[string]any{"ackIds": ackIDs(ids...)}, status, ids)
 }
 
-func (s patSub) modify(t *testing.T, ms int64, status string, ids ...any) {
+func (s apiSub) modify(t *testing.T, ms int64, status string, ids ...any) {
 	t.Helper()
-	s.wantAll(t, "modify-ack-deadline", map[string]any{"ackIds": patIDs(ids...), "ackDeadlineMs": ms}, status, ids)
+	s.wantAll(t, "modify-ack-deadline", map[string]any{"ackIds": ackIDs(ids...), "ackDeadlineMs": ms}, status, ids)
 }
 
-func (s patSub) wantAll(t *testing.T, op string, body any, status string, ids []any) {
+func (s apiSub) wantAll(t *testing.T, op string, body any, status string, ids []any) {
 	t.Helper()
 	statuses := make([]string, len(ids))
 	for i := range statuses {
 		statuses[i] = status
 	}
-	patWantResults(t, op, s.settle(t, op, body), patIDs(ids...), statuses...)
+	wantResults(t, op, s.settle(t, op, body), ackIDs(ids...), statuses...)
 }
 
-// patWantAttempts fails unless the log's attempts have these attempt
-// numbers, statuses, errors and scheduled delays.
-func patWantAttempts(t *testing.T, what string, got []patAttempt, want ...patAttempt) {
+// wantAttempts fails unless the log's attempts have these attempt numbers,
+// statuses, errors and scheduled delays.
+func wantAttempts(t *testing.T, what string, got []publish.AttemptResponse, want ...publish.AttemptResponse) {
 	t.Helper()
 	if len(got) != len(want) {
 		t.Fatalf("%s: %d attempts, want %d: %+v", what, len(got), len(want), got)
@@ -307,37 +237,17 @@ func patWantAttempts(t *testing.T, what string, got []patAttempt, want ...patAtt
 	}
 }
 
-// patDeadLetter is a dead letter as the API answers it.
-type patDeadLetter struct {
-	ID               string            `json:"id"`
-	SubscriptionID   string            `json:"subscriptionId"`
-	EventID          string            `json:"eventId"`
-	CorrelationID    string            `json:"correlationId"`
-	EventType        string            `json:"eventType"`
-	EventTypeVersion int               `json:"eventTypeVersion"`
-	Payload          json.RawMessage   `json:"payload"`
-	Attributes       map[string]string `json:"attributes"`
-	Attempts         int               `json:"attempts"`
-	Reason           string            `json:"reason"`
-	LastStatusCode   *int              `json:"lastStatusCode"`
-	LastError        string            `json:"lastError"`
-}
-
 // deadLetters lists s's dead letters, oldest first.
-func (s patSub) deadLetters(t *testing.T) []patDeadLetter {
+func (s apiSub) deadLetters(t *testing.T) []push.DeadLetterResponse {
 	t.Helper()
-	r := s.a.do("GET", s.path()+"/dead-letters", nil)
-	want(t, r, http.StatusOK)
-	var out struct {
-		Items []patDeadLetter `json:"items"`
-	}
-	patDecode(t, r, &out)
-	return out.Items
+	r := s.a.Do("GET", s.path()+"/dead-letters", nil)
+	apptest.Want(t, r, http.StatusOK)
+	return apptest.Decode[api.List[push.DeadLetterResponse]](t, r).Items
 }
 
-// patCheckDeadLetter fails unless dl is event ev's dead letter of s with
-// this reason, attempt count and last error.
-func patCheckDeadLetter(t *testing.T, dl patDeadLetter, s patSub, ev patEvent, reason string, attempts int, lastError string) {
+// checkDeadLetter fails unless dl is event ev's dead letter of s with this
+// reason, attempt count and last error.
+func checkDeadLetter(t *testing.T, dl push.DeadLetterResponse, s apiSub, ev loggedEvent, reason string, attempts int, lastError string) {
 	t.Helper()
 	if dl.SubscriptionID != s.id.String() || dl.EventID != ev.EventID || dl.CorrelationID != ev.CorrelationID ||
 		dl.EventType != "tick" || dl.EventTypeVersion != ev.EventTypeVersion || string(dl.Payload) != string(ev.Payload) ||
@@ -347,8 +257,8 @@ func patCheckDeadLetter(t *testing.T, dl patDeadLetter, s patSub, ev patEvent, r
 	}
 }
 
-// patWithin fails unless got is in [from+d, to+d].
-func patWithin(t *testing.T, what string, got, from, to time.Time, d time.Duration) {
+// within fails unless got is in [from+d, to+d].
+func within(t *testing.T, what string, got, from, to time.Time, d time.Duration) {
 	t.Helper()
 	if got.Before(from.Add(d)) || got.After(to.Add(d)) {
 		t.Errorf("%s = %s, want from %s to %s", what, got, from.Add(d), to.Add(d))
@@ -357,17 +267,21 @@ func patWithin(t *testing.T, what string, got, from, to time.Time, d time.Durati
 
 func TestPullAPIAckDeadline(t *testing.T) {
 	t.Parallel()
-	forEachDialect(t, func(t *testing.T, a *testAPI) {
+	apptest.ForEachDialect(t, func(t *testing.T, a *apptest.API) {
 		ctx := context.Background()
-		s := patSetup(t, a, nil)
-		ackDeadline := func(r response) any {
+		s := apiSetup(t, a, nil)
+		read := func(r apptest.Response, status int) subscriptions.Response {
 			t.Helper()
-			want(t, r, http.StatusOK)
-			return r.JSON(t)["ackDeadline"]
+			apptest.Want(t, r, status)
+			return apptest.Decode[subscriptions.Response](t, r)
 		}
-		stored := func(s patSub) time.Duration {
+		ackDeadline := func(r apptest.Response) int64 {
 			t.Helper()
-			sub, err := a.db.Subscriptions().Subscription(ctx, s.room, s.id)
+			return read(r, http.StatusOK).AckDeadline
+		}
+		stored := func(s apiSub) time.Duration {
+			t.Helper()
+			sub, err := a.DB.Subscriptions().Subscription(ctx, s.room, s.id)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -375,43 +289,43 @@ func TestPullAPIAckDeadline(t *testing.T) {
 		}
 
 		// The default: in the 201, GET, the list, and the store.
-		r := a.do("POST", "/v1/rooms/pulls/subscriptions", map[string]any{"type": "PULL", "eventTypes": []any{map[string]any{"eventType": "tick"}}})
-		want(t, r, http.StatusCreated)
-		if got := r.JSON(t)["ackDeadline"]; got != 30000.0 {
+		r := a.Do("POST", "/v1/rooms/pulls/subscriptions", map[string]any{"type": "PULL", "eventTypes": []any{map[string]any{"eventType": "tick"}}})
+		if got := read(r, http.StatusCreated).AckDeadline; got != 30000 {
 			t.Errorf("created with ackDeadline %v, want the default 30000", got)
 		}
-		if got := ackDeadline(a.do("GET", s.path(), nil)); got != 30000.0 {
+		if got := ackDeadline(a.Do("GET", s.path(), nil)); got != 30000 {
 			t.Errorf("GET: ackDeadline %v, want 30000", got)
 		}
 		if got := stored(s); got != 30*time.Second {
 			t.Errorf("stored ack deadline %s, want 30s", got)
 		}
 		// A PUSH subscription carries it too (and never uses it).
-		push := patAddSub(t, a, "PUSH", nil)
-		if got := ackDeadline(a.do("GET", push.path(), nil)); got != 30000.0 {
+		push := apiAddSub(t, a, "PUSH", nil)
+		if got := ackDeadline(a.Do("GET", push.path(), nil)); got != 30000 {
 			t.Errorf("PUSH subscription: ackDeadline %v, want 30000", got)
 		}
 
 		// Set at creation, at both ends of its range.
-		for _, ms := range []float64{1000, 600000, 45000} {
-			r := a.do("POST", "/v1/rooms/pulls/subscriptions", map[string]any{"type": "PULL", "eventTypes": []any{map[string]any{"eventType": "tick"}}, "ackDeadline": ms})
-			want(t, r, http.StatusCreated)
-			m := r.JSON(t)
-			if m["ackDeadline"] != ms {
-				t.Errorf("created with ackDeadline %v, want %v", m["ackDeadline"], ms)
+		for _, ms := range []int64{1000, 600000, 45000} {
+			r := a.Do("POST", "/v1/rooms/pulls/subscriptions", map[string]any{"type": "PULL", "eventTypes": []any{map[string]any{"eventType": "tick"}}, "ackDeadline": ms})
+			created := read(r, http.StatusCreated)
+			if created.AckDeadline != ms {
+				t.Errorf("created with ackDeadline %v, want %v", created.AckDeadline, ms)
 			}
-			if got := ackDeadline(a.do("GET", "/v1/rooms/pulls/subscriptions/"+m["id"].(string), nil)); got != ms {
+			if got := ackDeadline(a.Do("GET", "/v1/rooms/pulls/subscriptions/"+created.ID, nil)); got != ms {
 				t.Errorf("read back ackDeadline %v, want %v", got, ms)
 			}
 		}
-		r = a.do("GET", "/v1/rooms/pulls/subscriptions?type=PULL", nil)
-		want(t, r, http.StatusOK)
+		r = a.Do("GET", "/v1/rooms/pulls/subscriptions?type=PULL", nil)
+		apptest.Want(t, r, http.StatusOK)
 		var list struct {
 			Items []struct {
 				AckDeadline *int64 `json:"ackDeadline"`
 			} `json:"items"`
 		}
-		patDecode(t, r, &list)
+		if err := json.Unmarshal(r.Body, &list); err != nil {
+			t.Fatalf("%v: %s", err, r.Body)
+		}
 		var got []int64
 		for _, it := range list.Items {
 			if it.AckDeadline == nil {
@@ -426,33 +340,33 @@ func TestPullAPIAckDeadline(t *testing.T) {
 		// Out of range or not an integer: 422 naming it, at creation and in PATCH.
 		for _, bad := range []any{999, 600001, 0, -1000, "30000", 1500.5, true} {
 			body := map[string]any{"type": "PULL", "eventTypes": []any{map[string]any{"eventType": "tick"}}, "ackDeadline": bad}
-			paWantField(t, a.do("POST", "/v1/rooms/pulls/subscriptions", body), "ackDeadline")
-			paWantField(t, a.do("PATCH", s.path(), map[string]any{"ackDeadline": bad}), "ackDeadline")
+			apptest.WantField(t, a.Do("POST", "/v1/rooms/pulls/subscriptions", body), "ackDeadline")
+			apptest.WantField(t, a.Do("PATCH", s.path(), map[string]any{"ackDeadline": bad}), "ackDeadline")
 		}
 		if got := stored(s); got != 30*time.Second {
 			t.Errorf("a refused PATCH changed the ack deadline to %s", got)
 		}
 
 		// PATCH sets it, leaves it alone when absent, and null brings the default back.
-		if got := ackDeadline(a.do("PATCH", s.path(), map[string]any{"ackDeadline": 120000})); got != 120000.0 {
+		if got := ackDeadline(a.Do("PATCH", s.path(), map[string]any{"ackDeadline": 120000})); got != 120000 {
 			t.Errorf("PATCH answered ackDeadline %v, want 120000", got)
 		}
 		if got := stored(s); got != 2*time.Minute {
 			t.Errorf("stored ack deadline %s after PATCH, want 2m", got)
 		}
-		if got := ackDeadline(a.do("PATCH", s.path(), map[string]any{"deliveryAttempts": 5})); got != 120000.0 {
+		if got := ackDeadline(a.Do("PATCH", s.path(), map[string]any{"deliveryAttempts": 5})); got != 120000 {
 			t.Errorf("a PATCH without ackDeadline changed it to %v", got)
 		}
-		if got := ackDeadline(a.do("PATCH", s.path(), `{"ackDeadline":null}`)); got != 30000.0 {
+		if got := ackDeadline(a.Do("PATCH", s.path(), `{"ackDeadline":null}`)); got != 30000 {
 			t.Errorf("PATCH null answered ackDeadline %v, want the default 30000", got)
 		}
-		if got := ackDeadline(a.do("GET", s.path(), nil)); got != 30000.0 {
+		if got := ackDeadline(a.Do("GET", s.path(), nil)); got != 30000 {
 			t.Errorf("after PATCH null, GET answers ackDeadline %v, want 30000", got)
 		}
 		if got := stored(s); got != 30*time.Second {
 			t.Errorf("stored ack deadline %s after PATCH null, want 30s", got)
 		}
-		if got := ackDeadline(a.do("PATCH", s.path(), map[string]any{"ackDeadline": 1000})); got != 1000.0 {
+		if got := ackDeadline(a.Do("PATCH", s.path(), map[string]any{"ackDeadline": 1000})); got != 1000 {
 			t.Errorf("PATCH to the minimum answered %v", got)
 		}
 	})
@@ -460,21 +374,21 @@ func TestPullAPIAckDeadline(t *testing.T) {
 
 func TestPullAPIAck(t *testing.T) {
 	t.Parallel()
-	forEachDialect(t, func(t *testing.T, a *testAPI) {
-		s := patSetup(t, a, nil)
-		other := patAddSub(t, a, "PULL", nil)
-		e1, e2, e3 := patPublish(t, a, 1), patPublish(t, a, 2), patPublish(t, a, 3)
-		later := paNow().Add(time.Minute)
+	apptest.ForEachDialect(t, func(t *testing.T, a *apptest.API) {
+		s := apiSetup(t, a, nil)
+		other := apiAddSub(t, a, "PULL", nil)
+		e1, e2, e3 := apiPublish(t, a, 1), apiPublish(t, a, 2), apiPublish(t, a, 3)
+		later := app.Clock().Add(time.Minute)
 		a1 := s.lease(t, e1, 1, later, nil)
 		a2 := s.lease(t, e2, 1, later, nil)
 		b1 := other.lease(t, e1, 1, later, nil)
-		past := s.lease(t, e3, 1, paNow().Add(-time.Second), nil)
+		past := s.lease(t, e3, 1, app.Clock().Add(-time.Second), nil)
 
 		// One result per id, in order; a malformed one is invalid, another
 		// subscription's, a made-up one and one past its deadline are unknown.
 		// Ack ids are UUIDs in any case.
-		ids := patIDs(a1, "not-an-ack-id", b1, uuid.New(), past, strings.ToUpper(a2.String()))
-		patWantResults(t, "ack", s.settle(t, "ack", map[string]any{"ackIds": ids}), ids,
+		ids := ackIDs(a1, "not-an-ack-id", b1, uuid.New(), past, strings.ToUpper(a2.String()))
+		wantResults(t, "ack", s.settle(t, "ack", map[string]any{"ackIds": ids}), ids,
 			"acked", "invalid", "unknown", "unknown", "unknown", "acked")
 
 		// The acked leases are gone; the others are still stored.
@@ -487,20 +401,13 @@ func TestPullAPIAck(t *testing.T) {
 
 		// The log: the acked copies are delivered, the rest untouched.
 		for _, e := range []string{e1, e2} {
-			patWantAttempts(t, "acked "+e, patLog(t, a, e).attempts(t, s), patAttempt{Attempt: 1, Status: "delivered"})
+			wantAttempts(t, "acked "+e, readLog(t, a, e).attempts(t, s), publish.AttemptResponse{Attempt: 1, Status: "delivered"})
 		}
-		patWantAttempts(t, "not acked", patLog(t, a, e1).attempts(t, other), patAttempt{Attempt: 1, Status: "pending"})
-		patWantAttempts(t, "past its deadline", patLog(t, a, e3).attempts(t, s), patAttempt{Attempt: 1, Status: "pending"})
-		r := a.do("GET", s.path()+"/deliveries", nil)
-		want(t, r, http.StatusOK)
-		var deliveries struct {
-			Items []struct {
-				EventID       string     `json:"eventId"`
-				Status        string     `json:"status"`
-				NextAttemptAt *time.Time `json:"nextAttemptAt"`
-			} `json:"items"`
-		}
-		patDecode(t, r, &deliveries)
+		wantAttempts(t, "not acked", readLog(t, a, e1).attempts(t, other), publish.AttemptResponse{Attempt: 1, Status: "pending"})
+		wantAttempts(t, "past its deadline", readLog(t, a, e3).attempts(t, s), publish.AttemptResponse{Attempt: 1, Status: "pending"})
+		r := a.Do("GET", s.path()+"/deliveries", nil)
+		apptest.Want(t, r, http.StatusOK)
+		deliveries := apptest.Decode[api.List[push.DeliveryResponse]](t, r)
 		statuses := map[string]string{}
 		for _, d := range deliveries.Items {
 			statuses[d.EventID] = d.Status
@@ -516,75 +423,68 @@ func TestPullAPIAck(t *testing.T) {
 		s.ack(t, "unknown", a1)
 		s.nack(t, "unknown", a1, a2)
 		s.modify(t, 60000, "unknown", a1)
-		patWantAttempts(t, "acked twice", patLog(t, a, e1).attempts(t, s), patAttempt{Attempt: 1, Status: "delivered"})
+		wantAttempts(t, "acked twice", readLog(t, a, e1).attempts(t, s), publish.AttemptResponse{Attempt: 1, Status: "delivered"})
 
 		// An id given twice gets the same result twice.
 		other.ack(t, "acked", b1, b1)
 
 		// Acks are taken whatever the subscription's status.
 		c := s.lease(t, e3, 1, later, nil)
-		want(t, a.do("PATCH", s.path(), map[string]any{"status": "PAUSED"}), http.StatusOK)
+		apptest.Want(t, a.Do("PATCH", s.path(), map[string]any{"status": "PAUSED"}), http.StatusOK)
 		s.ack(t, "acked", c)
 		d := s.lease(t, e2, 1, later, nil)
-		want(t, a.do("PATCH", s.path(), map[string]any{"status": "TERMINATED"}), http.StatusOK)
+		apptest.Want(t, a.Do("PATCH", s.path(), map[string]any{"status": "TERMINATED"}), http.StatusOK)
 		s.ack(t, "acked", d)
 
 		// A PUSH subscription has no leases; a missing one is 404.
-		push := patAddSub(t, a, "PUSH", nil)
+		push := apiAddSub(t, a, "PUSH", nil)
 		push.ack(t, "unknown", past)
-		body := map[string]any{"ackIds": patIDs(past)}
+		body := map[string]any{"ackIds": ackIDs(past)}
 		for _, op := range []string{"ack", "nack"} {
-			want(t, a.do("POST", "/v1/rooms/pulls/subscriptions/"+uuid.NewString()+"/"+op, body), http.StatusNotFound)
-			want(t, a.do("POST", "/v1/rooms/pulls/subscriptions/nope/"+op, body), http.StatusNotFound)
-			want(t, a.do("POST", "/v1/rooms/nope/subscriptions/"+s.id.String()+"/"+op, body), http.StatusNotFound)
+			apptest.Want(t, a.Do("POST", "/v1/rooms/pulls/subscriptions/"+uuid.NewString()+"/"+op, body), http.StatusNotFound)
+			apptest.Want(t, a.Do("POST", "/v1/rooms/pulls/subscriptions/nope/"+op, body), http.StatusNotFound)
+			apptest.Want(t, a.Do("POST", "/v1/rooms/nope/subscriptions/"+s.id.String()+"/"+op, body), http.StatusNotFound)
 		}
 		// The room's id names it as well as its identifier.
-		r = a.do("POST", "/v1/rooms/"+s.room.String()+"/subscriptions/"+s.id.String()+"/ack", body)
-		want(t, r, http.StatusOK)
+		r = a.Do("POST", "/v1/rooms/"+s.room.String()+"/subscriptions/"+s.id.String()+"/ack", body)
+		apptest.Want(t, r, http.StatusOK)
 	})
 }
 
 func TestPullAPINack(t *testing.T) {
 	t.Parallel()
-	forEachDialect(t, func(t *testing.T, a *testAPI) {
-		s := patSetup(t, a, nil)
-		later := paNow().Add(time.Minute)
-		e1 := patPublish(t, a, 1)
+	apptest.ForEachDialect(t, func(t *testing.T, a *apptest.API) {
+		s := apiSetup(t, a, nil)
+		later := app.Clock().Add(time.Minute)
+		e1 := apiPublish(t, a, 1)
 
 		// Each nack of attempt k resends attempt k+1 after the room's
 		// 200 × 2^k ms; the copy nacked is failed, with its next attempt due then.
 		for k, delay := range []int64{400, 800} {
 			id := s.lease(t, e1, k+1, later, nil)
-			before := paNow()
+			before := app.Clock()
 			s.nack(t, "nacked", id)
-			after := paNow()
+			after := app.Clock()
 			if got := s.leases(t, id); len(got) != 0 {
 				t.Errorf("the nacked lease is still stored: %v", got)
 			}
-			att := patLog(t, a, e1).attempts(t, s)
-			wantAtt := []patAttempt{}
+			att := readLog(t, a, e1).attempts(t, s)
+			wantAtt := []publish.AttemptResponse{}
 			for j := range k + 1 {
-				wantAtt = append(wantAtt, patAttempt{Attempt: j + 1, Status: "failed", Error: "nacked", ScheduledDelay: []int64{0, 400}[j]})
+				wantAtt = append(wantAtt, publish.AttemptResponse{Attempt: j + 1, Status: "failed", Error: "nacked", ScheduledDelay: []int64{0, 400}[j]})
 			}
-			wantAtt = append(wantAtt, patAttempt{Attempt: k + 2, Status: "pending", ScheduledDelay: delay})
-			patWantAttempts(t, fmt.Sprintf("after nack %d", k+1), att, wantAtt...)
+			wantAtt = append(wantAtt, publish.AttemptResponse{Attempt: k + 2, Status: "pending", ScheduledDelay: delay})
+			wantAttempts(t, fmt.Sprintf("after nack %d", k+1), att, wantAtt...)
 
-			r := a.do("GET", s.path()+"/deliveries", nil)
-			want(t, r, http.StatusOK)
-			var deliveries struct {
-				Items []struct {
-					ID            string     `json:"id"`
-					Attempt       int        `json:"attempt"`
-					NextAttemptAt *time.Time `json:"nextAttemptAt"`
-				} `json:"items"`
-			}
-			patDecode(t, r, &deliveries)
+			r := a.Do("GET", s.path()+"/deliveries", nil)
+			apptest.Want(t, r, http.StatusOK)
+			deliveries := apptest.Decode[api.List[push.DeliveryResponse]](t, r)
 			for _, d := range deliveries.Items {
 				if d.ID == att[k].ID {
 					if d.NextAttemptAt == nil {
 						t.Fatalf("nacked attempt %d has no nextAttemptAt", d.Attempt)
 					}
-					patWithin(t, fmt.Sprintf("nextAttemptAt of nacked attempt %d", d.Attempt), *d.NextAttemptAt, before, after, time.Duration(delay)*time.Millisecond)
+					within(t, fmt.Sprintf("nextAttemptAt of nacked attempt %d", d.Attempt), *d.NextAttemptAt, before, after, time.Duration(delay)*time.Millisecond)
 				}
 			}
 			s.nack(t, "unknown", id)
@@ -593,64 +493,68 @@ func TestPullAPINack(t *testing.T) {
 		// The last attempt nacked makes a dead letter; nothing is resent.
 		id := s.lease(t, e1, 3, later, nil)
 		s.nack(t, "nacked", id)
-		ev := patLog(t, a, e1)
-		patWantAttempts(t, "after the last nack", ev.attempts(t, s),
-			patAttempt{Attempt: 1, Status: "failed", Error: "nacked"},
-			patAttempt{Attempt: 2, Status: "failed", Error: "nacked", ScheduledDelay: 400},
-			patAttempt{Attempt: 3, Status: "dead_lettered", Error: "nacked", ScheduledDelay: 800})
+		ev := readLog(t, a, e1)
+		wantAttempts(t, "after the last nack", ev.attempts(t, s),
+			publish.AttemptResponse{Attempt: 1, Status: "failed", Error: "nacked"},
+			publish.AttemptResponse{Attempt: 2, Status: "failed", Error: "nacked", ScheduledDelay: 400},
+			publish.AttemptResponse{Attempt: 3, Status: "dead_lettered", Error: "nacked", ScheduledDelay: 800})
 		dls := s.deadLetters(t)
 		if len(dls) != 1 {
 			t.Fatalf("%d dead letters, want 1: %+v", len(dls), dls)
 		}
-		patCheckDeadLetter(t, dls[0], s, ev, "attempts_exhausted", 3, "nacked")
+		checkDeadLetter(t, dls[0], s, ev, "attempts_exhausted", 3, "nacked")
 
 		// deliveryAttempts 1: the first nack dead-letters. The dead letter
 		// replays to the subscription's queue, from attempt 1.
-		once := patAddSub(t, a, "PULL", map[string]any{"deliveryAttempts": 1})
-		e2 := patPublish(t, a, 2)
+		once := apiAddSub(t, a, "PULL", map[string]any{"deliveryAttempts": 1})
+		e2 := apiPublish(t, a, 2)
 		once.nack(t, "nacked", once.lease(t, e2, 1, later, nil))
-		ev2 := patLog(t, a, e2)
-		patWantAttempts(t, "single attempt nacked", ev2.attempts(t, once), patAttempt{Attempt: 1, Status: "dead_lettered", Error: "nacked"})
-		patWantAttempts(t, "the other subscription's copy", ev2.attempts(t, s), patAttempt{Attempt: 1, Status: "pending"})
+		ev2 := readLog(t, a, e2)
+		wantAttempts(t, "single attempt nacked", ev2.attempts(t, once), publish.AttemptResponse{Attempt: 1, Status: "dead_lettered", Error: "nacked"})
+		wantAttempts(t, "the other subscription's copy", ev2.attempts(t, s), publish.AttemptResponse{Attempt: 1, Status: "pending"})
 		dls = once.deadLetters(t)
 		if len(dls) != 1 {
 			t.Fatalf("%d dead letters, want 1: %+v", len(dls), dls)
 		}
-		patCheckDeadLetter(t, dls[0], once, ev2, "attempts_exhausted", 1, "nacked")
-		r := a.do("POST", once.path()+"/dead-letters/"+dls[0].ID+":replay", nil)
-		want(t, r, http.StatusAccepted)
-		replayed := r.JSON(t)["replayed"].([]any)[0].(map[string]any)["eventId"].(string)
-		patWantAttempts(t, "replayed", patLog(t, a, replayed).attempts(t, once), patAttempt{Attempt: 1, Status: "pending"})
+		checkDeadLetter(t, dls[0], once, ev2, "attempts_exhausted", 1, "nacked")
+		r := a.Do("POST", once.path()+"/dead-letters/"+dls[0].ID+":replay", nil)
+		apptest.Want(t, r, http.StatusAccepted)
+		rep := apptest.Decode[push.ReplayResponse](t, r)
+		if len(rep.Replayed) != 1 {
+			t.Fatalf("replay answered %s, want one replayed event", r.Body)
+		}
+		replayed := rep.Replayed[0].EventID
+		wantAttempts(t, "replayed", readLog(t, a, replayed).attempts(t, once), publish.AttemptResponse{Attempt: 1, Status: "pending"})
 		if n := len(once.deadLetters(t)); n != 0 {
 			t.Errorf("%d dead letters left after the replay", n)
 		}
 
 		// The subscription's own retry policy gives the delays: 1 retry at
 		// once, then 1 after 1500 ms.
-		policy := patAddSub(t, a, "PULL", map[string]any{"retryPolicy": map[string]any{
+		policy := apiAddSub(t, a, "PULL", map[string]any{"retryPolicy": map[string]any{
 			"retriesWithNoDelay": 1, "minimumDelayRetries": 1, "minimumDelay": 1500, "backoffRetries": 0, "maximumDelayRetries": 0,
 		}})
-		e3 := patPublish(t, a, 3)
+		e3 := apiPublish(t, a, 3)
 		policy.nack(t, "nacked", policy.lease(t, e3, 1, later, nil))
 		policy.nack(t, "nacked", policy.lease(t, e3, 2, later, nil))
 		policy.nack(t, "nacked", policy.lease(t, e3, 3, later, nil))
-		ev3 := patLog(t, a, e3)
-		patWantAttempts(t, "retry policy", ev3.attempts(t, policy),
-			patAttempt{Attempt: 1, Status: "failed", Error: "nacked"},
-			patAttempt{Attempt: 2, Status: "failed", Error: "nacked", ScheduledDelay: 0},
-			patAttempt{Attempt: 3, Status: "dead_lettered", Error: "nacked", ScheduledDelay: 1500})
+		ev3 := readLog(t, a, e3)
+		wantAttempts(t, "retry policy", ev3.attempts(t, policy),
+			publish.AttemptResponse{Attempt: 1, Status: "failed", Error: "nacked"},
+			publish.AttemptResponse{Attempt: 2, Status: "failed", Error: "nacked", ScheduledDelay: 0},
+			publish.AttemptResponse{Attempt: 3, Status: "dead_lettered", Error: "nacked", ScheduledDelay: 1500})
 		if dls := policy.deadLetters(t); len(dls) != 1 {
 			t.Errorf("%d dead letters, want 1", len(dls))
 		} else {
-			patCheckDeadLetter(t, dls[0], policy, ev3, "attempts_exhausted", 3, "nacked")
+			checkDeadLetter(t, dls[0], policy, ev3, "attempts_exhausted", 3, "nacked")
 		}
 
 		// A message that would expire before its next attempt is dead-lettered
 		// as expired instead of resent.
-		e4 := patPublish(t, a, 4)
-		expiring := s.lease(t, e4, 1, later, func(l *pull.Lease) { l.Event.ExpiresAt = paNow().Add(100 * time.Millisecond) })
+		e4 := apiPublish(t, a, 4)
+		expiring := s.lease(t, e4, 1, later, func(l *pull.Lease) { l.Event.ExpiresAt = app.Clock().Add(100 * time.Millisecond) })
 		s.nack(t, "nacked", expiring)
-		ev4 := patLog(t, a, e4)
+		ev4 := readLog(t, a, e4)
 		if att := ev4.attempts(t, s); len(att) != 1 || att[0].Status != "dead_lettered" || att[0].CompletedAt == nil {
 			t.Errorf("the expiring copy: %+v, want only attempt 1, dead_lettered", att)
 		}
@@ -658,39 +562,39 @@ func TestPullAPINack(t *testing.T) {
 		if len(dls) != 2 {
 			t.Fatalf("%d dead letters, want 2: %+v", len(dls), dls)
 		}
-		patCheckDeadLetter(t, dls[1], s, ev4, "expired", 1, "nacked; would expire before the next attempt")
+		checkDeadLetter(t, dls[1], s, ev4, "expired", 1, "nacked; would expire before the next attempt")
 
 		// Mixed: one live lease nacked, the rest not.
-		e5 := patPublish(t, a, 5)
+		e5 := apiPublish(t, a, 5)
 		live := s.lease(t, e5, 1, later, nil)
-		ids := patIDs(live, "0190", uuid.New(), live)
-		patWantResults(t, "nack", s.settle(t, "nack", map[string]any{"ackIds": ids}), ids, "nacked", "invalid", "unknown", "nacked")
-		patWantAttempts(t, "nacked once though named twice", patLog(t, a, e5).attempts(t, s),
-			patAttempt{Attempt: 1, Status: "failed", Error: "nacked"},
-			patAttempt{Attempt: 2, Status: "pending", ScheduledDelay: 400})
+		ids := ackIDs(live, "0190", uuid.New(), live)
+		wantResults(t, "nack", s.settle(t, "nack", map[string]any{"ackIds": ids}), ids, "nacked", "invalid", "unknown", "nacked")
+		wantAttempts(t, "nacked once though named twice", readLog(t, a, e5).attempts(t, s),
+			publish.AttemptResponse{Attempt: 1, Status: "failed", Error: "nacked"},
+			publish.AttemptResponse{Attempt: 2, Status: "pending", ScheduledDelay: 400})
 	})
 }
 
 func TestPullAPIModifyAckDeadline(t *testing.T) {
 	t.Parallel()
-	forEachDialect(t, func(t *testing.T, a *testAPI) {
-		s := patSetup(t, a, nil)
-		other := patAddSub(t, a, "PULL", nil)
-		e1, e2 := patPublish(t, a, 1), patPublish(t, a, 2)
-		later := paNow().Add(30 * time.Second)
+	apptest.ForEachDialect(t, func(t *testing.T, a *apptest.API) {
+		s := apiSetup(t, a, nil)
+		other := apiAddSub(t, a, "PULL", nil)
+		e1, e2 := apiPublish(t, a, 1), apiPublish(t, a, 2)
+		later := app.Clock().Add(30 * time.Second)
 		x := s.lease(t, e1, 1, later, nil)
 		y := s.lease(t, e2, 1, later, nil)
-		past := s.lease(t, e2, 1, paNow().Add(-time.Millisecond), nil)
+		past := s.lease(t, e2, 1, app.Clock().Add(-time.Millisecond), nil)
 		theirs := other.lease(t, e1, 1, later, nil)
 
 		// Longer than the subscription's ackDeadline; results per id.
-		before := paNow()
-		ids := patIDs(x, past, "nope", theirs, uuid.New())
-		patWantResults(t, "modify", s.settle(t, "modify-ack-deadline", map[string]any{"ackIds": ids, "ackDeadlineMs": 120000}), ids,
+		before := app.Clock()
+		ids := ackIDs(x, past, "nope", theirs, uuid.New())
+		wantResults(t, "modify", s.settle(t, "modify-ack-deadline", map[string]any{"ackIds": ids, "ackDeadlineMs": 120000}), ids,
 			"extended", "unknown", "invalid", "unknown", "unknown")
-		after := paNow()
+		after := app.Clock()
 		got := s.leases(t, x, past)
-		patWithin(t, "extended deadline", got[x].Deadline, before, after, 2*time.Minute)
+		within(t, "extended deadline", got[x].Deadline, before, after, 2*time.Minute)
 		if !got[past].Deadline.Before(before) {
 			t.Errorf("the lease past its deadline was moved to %s", got[past].Deadline)
 		}
@@ -699,49 +603,49 @@ func TestPullAPIModifyAckDeadline(t *testing.T) {
 		}
 
 		// Shorter works too, up to 10 minutes.
-		before = paNow()
+		before = app.Clock()
 		s.modify(t, 1000, "extended", x)
-		after = paNow()
-		patWithin(t, "shortened deadline", s.leases(t, x)[x].Deadline, before, after, time.Second)
+		after = app.Clock()
+		within(t, "shortened deadline", s.leases(t, x)[x].Deadline, before, after, time.Second)
 		s.modify(t, 600000, "extended", x)
 
 		// 0 gives the lease up: its deadline is now, so it can no longer be
 		// acked, nacked or moved, and it waits for the reaper. Nothing is
 		// settled: the log is untouched.
-		before = paNow()
+		before = app.Clock()
 		s.modify(t, 0, "extended", y)
-		after = paNow()
+		after = app.Clock()
 		l, ok := s.leases(t, y)[y]
 		if !ok {
 			t.Fatalf("the lease given up is gone; the reaper redelivers it")
 		}
-		patWithin(t, "deadline given up", l.Deadline, before, after, 0)
+		within(t, "deadline given up", l.Deadline, before, after, 0)
 		s.ack(t, "unknown", y)
 		s.nack(t, "unknown", y)
 		s.modify(t, 60000, "unknown", y)
-		patWantAttempts(t, "given up", patLog(t, a, e2).attempts(t, s), patAttempt{Attempt: 1, Status: "pending"})
+		wantAttempts(t, "given up", readLog(t, a, e2).attempts(t, s), publish.AttemptResponse{Attempt: 1, Status: "pending"})
 
 		// The extended lease is still live.
 		s.ack(t, "acked", x)
 		other.modify(t, 0, "extended", theirs)
 		other.ack(t, "unknown", theirs)
 
-		want(t, a.do("POST", "/v1/rooms/pulls/subscriptions/"+uuid.NewString()+"/modify-ack-deadline",
-			map[string]any{"ackIds": patIDs(x), "ackDeadlineMs": 0}), http.StatusNotFound)
+		apptest.Want(t, a.Do("POST", "/v1/rooms/pulls/subscriptions/"+uuid.NewString()+"/modify-ack-deadline",
+			map[string]any{"ackIds": ackIDs(x), "ackDeadlineMs": 0}), http.StatusNotFound)
 	})
 }
 
 func TestPullAPIPullRefused(t *testing.T) {
 	t.Parallel()
-	forEachDialect(t, func(t *testing.T, a *testAPI) {
-		s := patSetup(t, a, nil)
+	apptest.ForEachDialect(t, func(t *testing.T, a *apptest.API) {
+		s := apiSetup(t, a, nil)
 
 		// The harness's broker cannot be consumed: an ACTIVE PULL
 		// subscription gets 503 with Retry-After, at once even for a long poll.
 		for _, body := range []any{nil, `{}`, map[string]any{"maxMessages": 100, "waitMs": 30000}, map[string]any{"maxMessages": 1, "waitMs": 0}} {
 			start := time.Now()
-			r := a.do("POST", s.path()+"/pull", body)
-			want(t, r, http.StatusServiceUnavailable)
+			r := a.Do("POST", s.path()+"/pull", body)
+			apptest.Want(t, r, http.StatusServiceUnavailable)
 			if r.Header.Get("Retry-After") == "" {
 				t.Errorf("503 without Retry-After")
 			}
@@ -750,35 +654,35 @@ func TestPullAPIPullRefused(t *testing.T) {
 			}
 		}
 		// By the room's id too.
-		want(t, a.do("POST", "/v1/rooms/"+s.room.String()+"/subscriptions/"+s.id.String()+"/pull", nil), http.StatusServiceUnavailable)
+		apptest.Want(t, a.Do("POST", "/v1/rooms/"+s.room.String()+"/subscriptions/"+s.id.String()+"/pull", nil), http.StatusServiceUnavailable)
 
 		// Only an ACTIVE PULL subscription can be pulled from.
-		push := patAddSub(t, a, "PUSH", nil)
-		want(t, a.do("POST", push.path()+"/pull", nil), http.StatusConflict)
-		paused := patAddSub(t, a, "PULL", map[string]any{"status": "PAUSED"})
-		want(t, a.do("POST", paused.path()+"/pull", `{"maxMessages":5}`), http.StatusConflict)
-		want(t, a.do("PATCH", paused.path(), map[string]any{"status": "ACTIVE"}), http.StatusOK)
-		want(t, a.do("POST", paused.path()+"/pull", nil), http.StatusServiceUnavailable)
-		want(t, a.do("PATCH", s.path(), map[string]any{"status": "PAUSED"}), http.StatusOK)
-		want(t, a.do("POST", s.path()+"/pull", nil), http.StatusConflict)
-		want(t, a.do("PATCH", s.path(), map[string]any{"status": "TERMINATED"}), http.StatusOK)
-		want(t, a.do("POST", s.path()+"/pull", nil), http.StatusConflict)
+		push := apiAddSub(t, a, "PUSH", nil)
+		apptest.Want(t, a.Do("POST", push.path()+"/pull", nil), http.StatusConflict)
+		paused := apiAddSub(t, a, "PULL", map[string]any{"status": "PAUSED"})
+		apptest.Want(t, a.Do("POST", paused.path()+"/pull", `{"maxMessages":5}`), http.StatusConflict)
+		apptest.Want(t, a.Do("PATCH", paused.path(), map[string]any{"status": "ACTIVE"}), http.StatusOK)
+		apptest.Want(t, a.Do("POST", paused.path()+"/pull", nil), http.StatusServiceUnavailable)
+		apptest.Want(t, a.Do("PATCH", s.path(), map[string]any{"status": "PAUSED"}), http.StatusOK)
+		apptest.Want(t, a.Do("POST", s.path()+"/pull", nil), http.StatusConflict)
+		apptest.Want(t, a.Do("PATCH", s.path(), map[string]any{"status": "TERMINATED"}), http.StatusOK)
+		apptest.Want(t, a.Do("POST", s.path()+"/pull", nil), http.StatusConflict)
 
 		// Missing: the subscription, a subscription id that is no UUID, the room.
-		want(t, a.do("POST", "/v1/rooms/pulls/subscriptions/"+uuid.NewString()+"/pull", nil), http.StatusNotFound)
-		want(t, a.do("POST", "/v1/rooms/pulls/subscriptions/nope/pull", nil), http.StatusNotFound)
-		want(t, a.do("POST", "/v1/rooms/nope/subscriptions/"+paused.id.String()+"/pull", nil), http.StatusNotFound)
-		want(t, a.do("DELETE", paused.path(), nil), http.StatusNoContent)
-		want(t, a.do("POST", paused.path()+"/pull", nil), http.StatusNotFound)
-		want(t, a.do("POST", paused.path()+"/ack", map[string]any{"ackIds": patIDs(uuid.New())}), http.StatusNotFound)
-		want(t, a.do("POST", paused.path()+"/modify-ack-deadline", map[string]any{"ackIds": patIDs(uuid.New()), "ackDeadlineMs": 1}), http.StatusNotFound)
+		apptest.Want(t, a.Do("POST", "/v1/rooms/pulls/subscriptions/"+uuid.NewString()+"/pull", nil), http.StatusNotFound)
+		apptest.Want(t, a.Do("POST", "/v1/rooms/pulls/subscriptions/nope/pull", nil), http.StatusNotFound)
+		apptest.Want(t, a.Do("POST", "/v1/rooms/nope/subscriptions/"+paused.id.String()+"/pull", nil), http.StatusNotFound)
+		apptest.Want(t, a.Do("DELETE", paused.path(), nil), http.StatusNoContent)
+		apptest.Want(t, a.Do("POST", paused.path()+"/pull", nil), http.StatusNotFound)
+		apptest.Want(t, a.Do("POST", paused.path()+"/ack", map[string]any{"ackIds": ackIDs(uuid.New())}), http.StatusNotFound)
+		apptest.Want(t, a.Do("POST", paused.path()+"/modify-ack-deadline", map[string]any{"ackIds": ackIDs(uuid.New()), "ackDeadlineMs": 1}), http.StatusNotFound)
 	})
 }
 
 func TestPullAPIValidation(t *testing.T) {
 	t.Parallel()
-	a := newTestAPI(t, store.SQLite)
-	s := patSetup(t, a, nil)
+	a := apptest.New(t, store.SQLite)
+	s := apiSetup(t, a, nil)
 	p := s.path()
 
 	// pull: each field out of range or of the wrong type, named.
@@ -798,19 +702,19 @@ func TestPullAPIValidation(t *testing.T) {
 		{`{"max":10}`, []string{"max"}},
 		{`{"ackIds":[]}`, []string{"ackIds"}},
 	} {
-		r := a.do("POST", p+"/pull", c.body)
-		want(t, r, http.StatusUnprocessableEntity)
-		if got := paFields(t, r); !slices.Equal(got, c.fields) {
+		r := a.Do("POST", p+"/pull", c.body)
+		apptest.Want(t, r, http.StatusUnprocessableEntity)
+		if got := apptest.Fields(t, r); !slices.Equal(got, c.fields) {
 			t.Errorf("pull %s: 422 names %v, want %v", c.body, got, c.fields)
 		}
 	}
 	// Validation comes before the subscription is looked up.
-	paWantField(t, a.do("POST", "/v1/rooms/pulls/subscriptions/"+uuid.NewString()+"/pull", `{"maxMessages":0}`), "maxMessages")
-	want(t, a.do("POST", p+"/pull", `{"maxMessages":`), http.StatusBadRequest)
-	want(t, a.do("POST", p+"/pull", `{"maxMessages":1} {}`), http.StatusBadRequest)
+	apptest.WantField(t, a.Do("POST", "/v1/rooms/pulls/subscriptions/"+uuid.NewString()+"/pull", `{"maxMessages":0}`), "maxMessages")
+	apptest.Want(t, a.Do("POST", p+"/pull", `{"maxMessages":`), http.StatusBadRequest)
+	apptest.Want(t, a.Do("POST", p+"/pull", `{"maxMessages":1} {}`), http.StatusBadRequest)
 	// Good edge values get past validation (to the broker, which is down).
 	for _, body := range []string{`{"maxMessages":1,"waitMs":0}`, `{"maxMessages":100,"waitMs":30000}`, ` `} {
-		want(t, a.do("POST", p+"/pull", body), http.StatusServiceUnavailable)
+		apptest.Want(t, a.Do("POST", p+"/pull", body), http.StatusServiceUnavailable)
 	}
 
 	// ack, nack and modify-ack-deadline: ackIds from 1 to 1000 strings.
@@ -835,19 +739,19 @@ func TestPullAPIValidation(t *testing.T) {
 			with(map[string]any{"ackIds": many(1001)}),
 			with(map[string]any{"ackIds": "0190b5b1-0000-7000-8000-000000000001"}),
 		} {
-			r := a.do("POST", p+"/"+op, bad)
-			want(t, r, http.StatusUnprocessableEntity)
-			if got := paFields(t, r); !slices.Equal(got, []string{"ackIds"}) {
+			r := a.Do("POST", p+"/"+op, bad)
+			apptest.Want(t, r, http.StatusUnprocessableEntity)
+			if got := apptest.Fields(t, r); !slices.Equal(got, []string{"ackIds"}) {
 				t.Errorf("%s with ackIds %.60v: 422 names %v, want [ackIds]", op, bad["ackIds"], got)
 			}
 		}
 		// encoding/json names the array, not the element.
-		paWantField(t, a.do("POST", p+"/"+op, with(map[string]any{"ackIds": []any{"x", 1}})), "ackIds")
-		paWantField(t, a.do("POST", p+"/"+op, with(map[string]any{"ackIds": many(1), "extra": true})), "extra")
-		want(t, a.do("POST", p+"/"+op, nil), http.StatusBadRequest)
-		want(t, a.do("POST", p+"/"+op, `{"ackIds":[`), http.StatusBadRequest)
+		apptest.WantField(t, a.Do("POST", p+"/"+op, with(map[string]any{"ackIds": []any{"x", 1}})), "ackIds")
+		apptest.WantField(t, a.Do("POST", p+"/"+op, with(map[string]any{"ackIds": many(1), "extra": true})), "extra")
+		apptest.Want(t, a.Do("POST", p+"/"+op, nil), http.StatusBadRequest)
+		apptest.Want(t, a.Do("POST", p+"/"+op, `{"ackIds":[`), http.StatusBadRequest)
 		// Larger than the body limit (64 KiB here).
-		want(t, a.do("POST", p+"/"+op, `{"ackIds":["`+strings.Repeat("x", 70<<10)+`"]}`), http.StatusRequestEntityTooLarge)
+		apptest.Want(t, a.Do("POST", p+"/"+op, `{"ackIds":["`+strings.Repeat("x", 70<<10)+`"]}`), http.StatusRequestEntityTooLarge)
 
 		// 1000 is the most: every one answered, in order.
 		ids := many(1000)
@@ -861,7 +765,7 @@ func TestPullAPIValidation(t *testing.T) {
 
 	// ackDeadlineMs: required by modify-ack-deadline, from 0 to 600000, and
 	// refused by ack and nack.
-	ids := patIDs(uuid.New())
+	ids := ackIDs(uuid.New())
 	for _, bad := range []map[string]any{
 		{"ackIds": ids},
 		{"ackIds": ids, "ackDeadlineMs": nil},
@@ -870,15 +774,15 @@ func TestPullAPIValidation(t *testing.T) {
 		{"ackIds": ids, "ackDeadlineMs": "1000"},
 		{"ackIds": ids, "ackDeadlineMs": 1.5},
 	} {
-		r := a.do("POST", p+"/modify-ack-deadline", bad)
-		want(t, r, http.StatusUnprocessableEntity)
-		if got := paFields(t, r); !slices.Equal(got, []string{"ackDeadlineMs"}) {
+		r := a.Do("POST", p+"/modify-ack-deadline", bad)
+		apptest.Want(t, r, http.StatusUnprocessableEntity)
+		if got := apptest.Fields(t, r); !slices.Equal(got, []string{"ackDeadlineMs"}) {
 			t.Errorf("modify-ack-deadline with ackDeadlineMs %v: 422 names %v, want [ackDeadlineMs]", bad["ackDeadlineMs"], got)
 		}
 	}
-	r := a.do("POST", p+"/modify-ack-deadline", map[string]any{"ackIds": []string{}})
-	want(t, r, http.StatusUnprocessableEntity)
-	if got := paFields(t, r); !slices.Equal(got, []string{"ackIds", "ackDeadlineMs"}) {
+	r := a.Do("POST", p+"/modify-ack-deadline", map[string]any{"ackIds": []string{}})
+	apptest.Want(t, r, http.StatusUnprocessableEntity)
+	if got := apptest.Fields(t, r); !slices.Equal(got, []string{"ackIds", "ackDeadlineMs"}) {
 		t.Errorf("modify-ack-deadline without ids nor deadline: 422 names %v", got)
 	}
 	for _, ms := range []int64{0, 600000} {
@@ -886,18 +790,38 @@ func TestPullAPIValidation(t *testing.T) {
 	}
 	for _, op := range []string{"ack", "nack"} {
 		for _, ms := range []int64{0, 1000} {
-			r := a.do("POST", p+"/"+op, map[string]any{"ackIds": ids, "ackDeadlineMs": ms})
-			want(t, r, http.StatusUnprocessableEntity)
-			if got := paFields(t, r); !slices.Equal(got, []string{"ackDeadlineMs"}) {
+			r := a.Do("POST", p+"/"+op, map[string]any{"ackIds": ids, "ackDeadlineMs": ms})
+			apptest.Want(t, r, http.StatusUnprocessableEntity)
+			if got := apptest.Fields(t, r); !slices.Equal(got, []string{"ackDeadlineMs"}) {
 				t.Errorf("%s with ackDeadlineMs %d: 422 names %v, want [ackDeadlineMs]", op, ms, got)
 			}
 		}
 	}
 }
 
-// patLiveAPI is newTestAPI over the embedded broker with the outbox relay
-// and the lease reaper running, so that pulls answer messages.
-func patLiveAPI(t *testing.T, d store.Dialect) *testAPI {
+// subscribeSignal is the embedded broker as the API sees it: it tells
+// subscribed (when not nil, and without waiting) of each consumer it adds,
+// so that a test knows a pull is waiting.
+type subscribeSignal struct {
+	*broker.Embedded
+	subscribed chan<- struct{}
+}
+
+func (b subscribeSignal) Subscribe(ctx context.Context, dest broker.Destination, opts broker.SubscribeOptions) (broker.Subscription, error) {
+	sub, err := b.Embedded.Subscribe(ctx, dest, opts)
+	if err == nil && b.subscribed != nil {
+		select {
+		case b.subscribed <- struct{}{}:
+		default:
+		}
+	}
+	return sub, err
+}
+
+// liveAPI is apptest.New over the embedded broker with the outbox relay
+// and the lease reaper running, so that pulls answer messages; subscribed,
+// when not nil, hears of each pull's subscription to its queue.
+func liveAPI(t *testing.T, d store.Dialect, subscribed chan<- struct{}) *apptest.API {
 	t.Helper()
 	db := storetest.Open(t, d)
 	logger := slog.New(slog.DiscardHandler)
@@ -905,27 +829,24 @@ func patLiveAPI(t *testing.T, d store.Dialect) *testAPI {
 	t.Cleanup(func() { _ = b.Close() })
 	cfg := publish.DefaultRelayConfig
 	cfg.Poll = 50 * time.Millisecond
-	relay := publish.NewRelay(db.Events(), b, cfg, clock, logger)
-	e, pullSvc := newServerWithPull(testConfig(), logger, db, b, relay, true)
+	relay := publish.NewRelay(db.Events(), b, cfg, app.Clock, logger)
+	h, pullSvc := app.NewHandler(apptest.Config(), logger, db, subscribeSignal{b, subscribed}, relay, true, metrics.New(metrics.Options{}))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	wg.Go(func() { relay.Run(ctx) })
 	wg.Go(func() { pullSvc.RunReaper(ctx, 20*time.Millisecond) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	srv := httptest.NewServer(e)
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
-	return &testAPI{t: t, srv: srv, queues: &fakeQueues{}, db: db}
+	return &apptest.API{T: t, URL: srv.URL, Queues: &apptest.Queues{}, DB: db}
 }
 
 // pull makes one pull request with this body.
-func (s patSub) pull(t *testing.T, body any) []patMessage {
+func (s apiSub) pull(t *testing.T, body any) []pull.Message {
 	t.Helper()
-	r := s.a.do("POST", s.path()+"/pull", body)
-	want(t, r, http.StatusOK)
-	var out struct {
-		Messages []patMessage `json:"messages"`
-	}
-	patDecode(t, r, &out)
+	r := s.a.Do("POST", s.path()+"/pull", body)
+	apptest.Want(t, r, http.StatusOK)
+	out := apptest.Decode[pull.MessagesResponse](t, r)
 	if out.Messages == nil {
 		t.Fatalf("messages is not a list: %s", r.Body)
 	}
@@ -933,22 +854,22 @@ func (s patSub) pull(t *testing.T, body any) []patMessage {
 }
 
 // pullN pulls until it has n messages, failing after within.
-func (s patSub) pullN(t *testing.T, n int, within time.Duration) []patMessage {
+func (s apiSub) pullN(t *testing.T, n int, limit time.Duration) []pull.Message {
 	t.Helper()
-	var got []patMessage
-	end := time.Now().Add(within)
+	var got []pull.Message
+	end := time.Now().Add(limit)
 	for len(got) < n && time.Now().Before(end) {
 		got = append(got, s.pull(t, map[string]any{"maxMessages": n - len(got), "waitMs": 1000})...)
 	}
 	if len(got) != n {
-		t.Fatalf("pulled %d messages in %s, want %d: %+v", len(got), within, n, got)
+		t.Fatalf("pulled %d messages in %s, want %d: %+v", len(got), limit, n, got)
 	}
 	return got
 }
 
 // patCheckMessage fails unless m is event ev's attempt, leased between from
 // and to for d.
-func patCheckMessage(t *testing.T, m patMessage, ev patEvent, attempt int, from, to time.Time, d time.Duration) {
+func checkMessage(t *testing.T, m pull.Message, ev loggedEvent, attempt int, from, to time.Time, d time.Duration) {
 	t.Helper()
 	if _, err := uuid.Parse(m.AckID); err != nil {
 		t.Errorf("ackId %q: %v", m.AckID, err)
@@ -958,7 +879,7 @@ func patCheckMessage(t *testing.T, m patMessage, ev patEvent, attempt int, from,
 		!m.PublishedAt.Equal(ev.PublishedAt) {
 		t.Errorf("pulled %+v, want attempt %d of %+v", m, attempt, ev)
 	}
-	patWithin(t, "ackDeadline", m.AckDeadline, from, to, d)
+	within(t, "ackDeadline", m.AckDeadline, from, to, d)
 }
 
 func TestPullAPILive(t *testing.T) {
@@ -966,8 +887,8 @@ func TestPullAPILive(t *testing.T) {
 	for _, d := range storetest.Dialects {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
-			a := patLiveAPI(t, d)
-			s := patSetup(t, a, map[string]any{"ackDeadline": 2000})
+			a := liveAPI(t, d, nil)
+			s := apiSetup(t, a, map[string]any{"ackDeadline": 2000})
 
 			// Nothing yet: an empty list, at once or after waiting.
 			if got := s.pull(t, nil); len(got) != 0 {
@@ -981,36 +902,36 @@ func TestPullAPILive(t *testing.T) {
 				t.Errorf("a long poll of 200 ms answered after %s", el)
 			}
 
-			events := map[string]patEvent{}
+			events := map[string]loggedEvent{}
 			for n := range 3 {
-				id := patPublish(t, a, n)
-				events[id] = patLog(t, a, id)
+				id := apiPublish(t, a, n)
+				events[id] = readLog(t, a, id)
 			}
 			// maxMessages bounds the answer.
-			before := paNow()
+			before := app.Clock()
 			first := s.pull(t, map[string]any{"maxMessages": 1, "waitMs": 5000})
 			rest := s.pullN(t, 2, 5*time.Second)
-			after := paNow()
+			after := app.Clock()
 			if len(first) != 1 {
 				t.Fatalf("maxMessages 1 answered %d messages", len(first))
 			}
 			msgs := append(first, rest...)
 			for _, m := range msgs {
-				patCheckMessage(t, m, events[m.EventID], 1, before, after, 2*time.Second)
+				checkMessage(t, m, events[m.EventID], 1, before, after, 2*time.Second)
 				// The relay records a send after the broker's receipt, so a
 				// consumer may get the message a moment before the log says sent.
-				attempts := patLog(t, a, m.EventID).attempts(t, s)
-				for deadline := time.Now().Add(2 * time.Second); len(attempts) == 1 && attempts[0].Status == "pending" && time.Now().Before(deadline); {
-					time.Sleep(10 * time.Millisecond)
-					attempts = patLog(t, a, m.EventID).attempts(t, s)
-				}
-				patWantAttempts(t, "pulled", attempts, patAttempt{Attempt: 1, Status: "sent"})
+				var attempts []publish.AttemptResponse
+				apitest.Eventually(t, "the log of "+m.EventID+" past pending", func() bool {
+					attempts = readLog(t, a, m.EventID).attempts(t, s)
+					return len(attempts) != 1 || attempts[0].Status != "pending"
+				})
+				wantAttempts(t, "pulled", attempts, publish.AttemptResponse{Attempt: 1, Status: "sent"})
 			}
 			acked, nacked, left := msgs[0], msgs[1], msgs[2]
 
 			// Ack: delivered.
 			s.ack(t, "acked", acked.AckID)
-			patWantAttempts(t, "acked", patLog(t, a, acked.EventID).attempts(t, s), patAttempt{Attempt: 1, Status: "delivered"})
+			wantAttempts(t, "acked", readLog(t, a, acked.EventID).attempts(t, s), publish.AttemptResponse{Attempt: 1, Status: "delivered"})
 
 			// Nack: again after 400 ms, as attempt 2 with a new ack id.
 			// Meanwhile the other lease, its deadline moved to 100 ms from
@@ -1019,29 +940,29 @@ func TestPullAPILive(t *testing.T) {
 			nackedAt := time.Now()
 			s.nack(t, "nacked", nacked.AckID)
 			s.modify(t, 100, "extended", left.AckID)
-			before = paNow()
+			before = app.Clock()
 			again := s.pullN(t, 2, 5*time.Second)
-			after = paNow()
+			after = app.Clock()
 			s.modify(t, 60000, "extended", again[0].AckID, again[1].AckID)
 			if time.Since(nackedAt) < 400*time.Millisecond {
 				t.Errorf("the nacked message came again after %s, before its 400 ms", time.Since(nackedAt))
 			}
-			slices.SortFunc(again, func(x, y patMessage) int {
+			slices.SortFunc(again, func(x, y pull.Message) int {
 				return slices.Index([]string{nacked.EventID, left.EventID}, x.EventID) - slices.Index([]string{nacked.EventID, left.EventID}, y.EventID)
 			})
-			for i, old := range []patMessage{nacked, left} {
+			for i, old := range []pull.Message{nacked, left} {
 				m := again[i]
 				if m.EventID != old.EventID || m.AckID == old.AckID {
 					t.Fatalf("redelivered %+v, want event %s with a new ack id", m, old.EventID)
 				}
-				patCheckMessage(t, m, events[m.EventID], 2, before, after, 2*time.Second)
+				checkMessage(t, m, events[m.EventID], 2, before, after, 2*time.Second)
 			}
-			patWantAttempts(t, "nacked and pulled again", patLog(t, a, nacked.EventID).attempts(t, s),
-				patAttempt{Attempt: 1, Status: "failed", Error: "nacked"},
-				patAttempt{Attempt: 2, Status: "sent", ScheduledDelay: 400})
-			patWantAttempts(t, "past its deadline and pulled again", patLog(t, a, left.EventID).attempts(t, s),
-				patAttempt{Attempt: 1, Status: "failed", Error: "ack deadline exceeded"},
-				patAttempt{Attempt: 2, Status: "sent"})
+			wantAttempts(t, "nacked and pulled again", readLog(t, a, nacked.EventID).attempts(t, s),
+				publish.AttemptResponse{Attempt: 1, Status: "failed", Error: "nacked"},
+				publish.AttemptResponse{Attempt: 2, Status: "sent", ScheduledDelay: 400})
+			wantAttempts(t, "past its deadline and pulled again", readLog(t, a, left.EventID).attempts(t, s),
+				publish.AttemptResponse{Attempt: 1, Status: "failed", Error: "ack deadline exceeded"},
+				publish.AttemptResponse{Attempt: 2, Status: "sent"})
 			s.ack(t, "unknown", left.AckID)
 
 			// modify-ack-deadline 0: redelivered at once, as attempt 3; this
@@ -1054,39 +975,118 @@ func TestPullAPILive(t *testing.T) {
 			}
 			s.modify(t, 60000, "extended", third.AckID)
 			s.nack(t, "nacked", third.AckID)
-			patWantAttempts(t, "given up, then nacked at the last attempt", patLog(t, a, left.EventID).attempts(t, s),
-				patAttempt{Attempt: 1, Status: "failed", Error: "ack deadline exceeded"},
-				patAttempt{Attempt: 2, Status: "failed", Error: "ack deadline exceeded"},
-				patAttempt{Attempt: 3, Status: "dead_lettered", Error: "nacked"})
+			wantAttempts(t, "given up, then nacked at the last attempt", readLog(t, a, left.EventID).attempts(t, s),
+				publish.AttemptResponse{Attempt: 1, Status: "failed", Error: "ack deadline exceeded"},
+				publish.AttemptResponse{Attempt: 2, Status: "failed", Error: "ack deadline exceeded"},
+				publish.AttemptResponse{Attempt: 3, Status: "dead_lettered", Error: "nacked"})
 			dls := s.deadLetters(t)
 			if len(dls) != 1 {
 				t.Fatalf("%d dead letters, want 1", len(dls))
 			}
-			patCheckDeadLetter(t, dls[0], s, events[left.EventID], "attempts_exhausted", 3, "nacked")
+			checkDeadLetter(t, dls[0], s, events[left.EventID], "attempts_exhausted", 3, "nacked")
 			if got := s.pull(t, map[string]any{"waitMs": 600}); len(got) != 0 {
 				t.Errorf("pulled %+v after everything was settled", got)
 			}
 
 			// A lease of a subscription deleted meanwhile is dropped at its deadline.
-			gone := patAddSub(t, a, "PULL", map[string]any{"ackDeadline": 1000})
-			id := patPublish(t, a, 9)
+			gone := apiAddSub(t, a, "PULL", map[string]any{"ackDeadline": 1000})
+			id := apiPublish(t, a, 9)
 			m := gone.pullN(t, 1, 5*time.Second)[0]
-			want(t, a.do("DELETE", gone.path(), nil), http.StatusNoContent)
-			end := time.Now().Add(5 * time.Second)
-			for {
-				r := a.do("GET", "/v1/rooms/pulls/messages/"+id, nil)
-				want(t, r, http.StatusOK)
-				var ev patEvent
-				patDecode(t, r, &ev)
-				att := ev.attempts(t, gone)
-				if len(att) == 1 && att[0].Status == "dropped" && att[0].Error == "subscription deleted" {
-					break
-				}
-				if time.Now().After(end) {
-					t.Fatalf("the lease %s of the deleted subscription: %+v, want dropped", m.AckID, att)
-				}
-				time.Sleep(50 * time.Millisecond)
-			}
+			apptest.Want(t, a.Do("DELETE", gone.path(), nil), http.StatusNoContent)
+			apitest.EventuallyWithin(t, 5*time.Second, "the lease "+m.AckID+" of the deleted subscription dropped", func() bool {
+				att := readLog(t, a, id).attempts(t, gone)
+				return len(att) == 1 && att[0].Status == "dropped" && att[0].Error == "subscription deleted"
+			})
 		})
 	}
+}
+
+// TestPullLongPoll: a waiting pull answers as soon as a message arrives,
+// and an empty queue answers after waitMs (at once for waitMs 0).
+func TestPullLongPoll(t *testing.T) {
+	subscribed := make(chan struct{}, 1)
+	a := liveAPI(t, store.SQLite, subscribed)
+	s := apiSetup(t, a, nil)
+
+	type answer struct {
+		r   apptest.Response
+		err error
+		at  time.Time
+	}
+	const body = `{"maxMessages":10,"waitMs":5000}`
+	done := make(chan answer, 1)
+	go func() {
+		// Not a.Do: t.Fatal must not run off the test's goroutine.
+		resp, err := http.Post(a.URL+s.path()+"/pull", "application/json", strings.NewReader(body))
+		if err != nil {
+			done <- answer{err: err, at: time.Now()}
+			return
+		}
+		raw, err := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		done <- answer{r: apptest.Response{Status: resp.StatusCode, Header: resp.Header, Body: raw}, err: err, at: time.Now()}
+	}()
+	select {
+	case <-subscribed:
+	case <-time.After(apitest.EventuallyTimeout):
+		t.Fatal("the long poll did not subscribe to the queue")
+	}
+	publishedAt := time.Now()
+	id := apiPublish(t, a, 1)
+	got := <-done
+	if got.err != nil {
+		t.Fatalf("long poll: %v", got.err)
+	}
+	a.CheckSpec("POST", s.path()+"/pull", []byte(body), got.r)
+	apptest.Want(t, got.r, http.StatusOK)
+	out := apptest.Decode[pull.MessagesResponse](t, got.r)
+	took := got.at.Sub(publishedAt)
+	t.Logf("a 5 s long poll answered %v after a publish", took.Round(time.Millisecond))
+	if len(out.Messages) != 1 || out.Messages[0].EventID != id {
+		t.Fatalf("long poll answered %+v, want %s", out.Messages, id)
+	}
+	if took > time.Second {
+		t.Errorf("the long poll answered %v after the publish, want well under its 5 s (< 1 s)", took)
+	}
+	s.ack(t, "acked", out.Messages[0].AckID)
+
+	for _, waitMs := range []int{800, 0} {
+		start := time.Now()
+		if got := s.pull(t, map[string]any{"waitMs": waitMs}); len(got) != 0 {
+			t.Fatalf("pulled %+v from an empty queue", got)
+		}
+		took := time.Since(start)
+		t.Logf("empty pull with waitMs %d answered after %v", waitMs, took.Round(time.Millisecond))
+		if w := time.Duration(waitMs) * time.Millisecond; took < w || took > w+300*time.Millisecond {
+			t.Errorf("empty pull with waitMs %d answered after %v, want %v … %v", waitMs, took, w, w+300*time.Millisecond)
+		}
+	}
+	// No body at all is a pull with the defaults (10 messages, no wait).
+	apptest.Want(t, a.Do("POST", s.path()+"/pull", nil), http.StatusOK)
+}
+
+// TestPullAPIUnstorableInput: what PostgreSQL cannot hold (a NUL character
+// in text, an integer past its column) gets a 422 naming the field, alike on
+// both databases; nothing answers 500.
+func TestPullAPIUnstorableInput(t *testing.T) {
+	t.Parallel()
+	apptest.ForEachDialect(t, func(t *testing.T, a *apptest.API) {
+		sub := apiSetup(t, a, nil).path()
+		cases := []struct {
+			name, path, body, field string
+		}{
+			// A NUL character in text.
+			{"ack id", sub + "/ack", `{"ackIds":["\u0000"]}`, "ackIds[0]"},
+
+			// Integers past their column (PostgreSQL INTEGER: 2147483647).
+			{"pull max messages", sub + "/pull", `{"maxMessages":2147483648}`, "maxMessages"},
+			{"pull wait", sub + "/pull", `{"waitMs":9223372036854775807}`, "waitMs"},
+			{"ack deadline", sub + "/modify-ack-deadline", `{"ackIds":["x"],"ackDeadlineMs":9223372036854775807}`, "ackDeadlineMs"},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				apptest.WantField(t, a.Do("POST", tc.path, tc.body), tc.field)
+			})
+		}
+	})
 }

@@ -1,9 +1,7 @@
-package main
+package pull_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -15,33 +13,30 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/roomhub/messaging-api/api/apitest"
+	"github.com/roomhub/messaging-api/app/apptest"
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/message"
+	"github.com/roomhub/messaging-api/pull"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
 
-// plActiveMQTolerance is how much later than planned a nacked message may
+// activeMQTolerance is how much later than planned a nacked message may
 // be answered through ActiveMQ Classic's scheduler (AMQ_SCHEDULED_DELAY),
-// which releases due messages in rounds. Measured on this machine (ActiveMQ
-// 5.17, 2 cores, -count=1), 22 gaps over 11 runs of TestPullActiveMQ: +10 to
-// +514 ms (the 400 ms gap anywhere in that range, the 800 ms one +84 to
-// +108 ms), never early.
-const plActiveMQTolerance = 700 * time.Millisecond
+// which releases due messages in rounds of up to about half a second. Never
+// early.
+const activeMQTolerance = 700 * time.Millisecond
 
-// plBrokerEnv is the environment of a service on the real broker and the
+// brokerEnv is the environment of a service on the real broker and the
 // PostgreSQL schema dbURL, with a push queue of its own: services of other
 // tests consuming one shared push queue would take (and, finding no such
 // subscription in their database, drop) each other's messages.
-func plBrokerEnv(t *testing.T, brokerURL, dbURL string) map[string]string {
+func brokerEnv(t *testing.T, brokerURL, dbURL string) map[string]string {
 	t.Helper()
-	b := make([]byte, 6)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
 	return map[string]string{
 		"BROKER_URL":           brokerURL,
 		"DATABASE_URL":         dbURL,
-		"PUSH_QUEUE":           "pull-test-push-" + hex.EncodeToString(b),
+		"PUSH_QUEUE":           apptest.UniquePushQueue(t),
 		"OUTBOX_POLL_INTERVAL": "200ms",
 	}
 }
@@ -50,46 +45,46 @@ func plBrokerEnv(t *testing.T, brokerURL, dbURL string) map[string]string {
 // acked messages never come back, and a nacked one comes back after
 // deliveryDelay × multiplier^k (400 ms, then 800 ms), never earlier.
 func TestPullActiveMQ(t *testing.T) {
-	brokerURL := realBroker(t)
-	c := client{t: t, base: startService(t, plBrokerEnv(t, brokerURL, storetest.PostgresSchemaURL(t)))}
-	sub := plSetup(c, plRoom("amq-pull"), `"deliveryDelay":200,"deliveryDelayMultiplier":2,"deliveryAttempts":4`, `"ackDeadline":1000`)
+	brokerURL := apptest.RealBroker(t)
+	c := apptest.StartService(t, brokerEnv(t, brokerURL, storetest.PostgresSchemaURL(t)))
+	sub := setup(c, apptest.UniqueRoom("amq-pull"), `"deliveryDelay":200,"deliveryDelayMultiplier":2,"deliveryAttempts":4`, `"ackDeadline":1000`)
 
-	pubs := map[string]plPublished{}
+	pubs := map[string]apptest.Tick{}
 	for n := range 3 {
-		p := plPublish(c, sub.room, n)
+		p := c.PublishTick(sub.Room, n)
 		pubs[p.EventID] = p
 	}
-	got := sub.pullN(3, 10*time.Second)
+	got := sub.PullN(3, 10*time.Second)
 	ids := make([]string, len(got))
 	for i, m := range got {
 		p, ok := pubs[m.EventID]
-		if !ok || m.Attempt != 1 || m.CorrelationID != p.CorrelationID || string(m.Payload) != p.payload {
+		if !ok || m.Attempt != 1 || m.CorrelationID != p.CorrelationID || string(m.Payload) != p.Payload {
 			t.Fatalf("pulled %+v, want one of %v at attempt 1", m, pubs)
 		}
 		delete(pubs, m.EventID)
 		ids[i] = m.AckID
 	}
-	plWantResults(t, "ack", sub.ack(ids...), ids, "acked", "acked", "acked")
-	sub.pullNone(1500) // past the 1 s ack deadline and a reaper round
+	wantResults(t, "ack", sub.Ack(ids...), ids, "acked", "acked", "acked")
+	sub.PullNone(1500) // past the 1 s ack deadline and a reaper round
 
-	p := plPublish(c, sub.room, 9)
+	p := c.PublishTick(sub.Room, 9)
 	m, _ := sub.pullOne(10 * time.Second)
 	for k, planned := range []time.Duration{400 * time.Millisecond, 800 * time.Millisecond} {
 		if m.Attempt != k+1 || m.EventID != p.EventID {
 			t.Fatalf("pulled %+v, want attempt %d of %s", m, k+1, p.EventID)
 		}
 		nackedAt := time.Now()
-		plWantResults(t, "nack", sub.nack(m.AckID), []string{m.AckID}, "nacked")
+		wantResults(t, "nack", sub.nack(m.AckID), []string{m.AckID}, "nacked")
 		var at time.Time
 		m, at = sub.pullOne(10 * time.Second)
-		plGap(t, fmt.Sprintf("ActiveMQ redelivery after nack of attempt %d", k+1), at.Sub(nackedAt), planned, plActiveMQTolerance)
+		gap(t, fmt.Sprintf("ActiveMQ redelivery after nack of attempt %d", k+1), at.Sub(nackedAt), planned, activeMQTolerance)
 	}
 	if m.Attempt != 3 {
 		t.Fatalf("third pull: attempt %d", m.Attempt)
 	}
-	plWantResults(t, "ack", sub.ack(m.AckID), []string{m.AckID}, "acked")
-	sub.waitLog(p.EventID, plLogRow{status: "failed", err: "nacked"}, plLogRow{status: "failed", err: "nacked", delay: 400}, plLogRow{status: "delivered", delay: 800})
-	sub.pullNone(1500)
+	wantResults(t, "ack", sub.Ack(m.AckID), []string{m.AckID}, "acked")
+	sub.waitLog(p.EventID, logRow{status: "failed", err: "nacked"}, logRow{status: "failed", err: "nacked", delay: 400}, logRow{status: "delivered", delay: 800})
+	sub.PullNone(1500)
 }
 
 // TestPullTwoProcesses: two API processes on one database and broker share
@@ -97,42 +92,42 @@ func TestPullActiveMQ(t *testing.T) {
 // and an acked one is never delivered again by either.
 func TestPullTwoProcesses(t *testing.T) {
 	t.Parallel()
-	brokerURL := realBroker(t)
-	env := plBrokerEnv(t, brokerURL, storetest.PostgresSchemaURL(t))
-	a := client{t: t, base: startService(t, env)}
-	b := client{t: t, base: startService(t, env)}
-	subA := plSetup(a, plRoom("amq-two"), `"deliveryDelay":100,"deliveryDelayMultiplier":2,"deliveryAttempts":3`, `"ackDeadline":1000`)
+	brokerURL := apptest.RealBroker(t)
+	env := brokerEnv(t, brokerURL, storetest.PostgresSchemaURL(t))
+	a := apptest.StartService(t, env)
+	b := apptest.StartService(t, env)
+	subA := setup(a, apptest.UniqueRoom("amq-two"), `"deliveryDelay":100,"deliveryDelayMultiplier":2,"deliveryAttempts":3`, `"ackDeadline":1000`)
 	subB := subA.on(b)
 
 	pubs := map[string]bool{}
 	for n := range 4 {
-		pubs[plPublish(b, subA.room, n).EventID] = true
+		pubs[b.PublishTick(subA.Room, n).EventID] = true
 	}
-	got := subA.pullN(4, 10*time.Second)
+	got := subA.PullN(4, 10*time.Second)
 	for _, m := range got {
 		if !pubs[m.EventID] || m.Attempt != 1 {
 			t.Fatalf("pulled %+v", m)
 		}
 	}
 	acked := []string{got[0].AckID, got[1].AckID, got[2].AckID}
-	plWantResults(t, "ack through B of leases taken through A", subB.ack(acked...), acked, "acked", "acked", "acked")
-	plWantResults(t, "ack again through A", subA.ack(acked...), acked, "unknown", "unknown", "unknown")
-	plWantResults(t, "nack through B", subB.nack(got[3].AckID), []string{got[3].AckID}, "nacked")
+	wantResults(t, "ack through B of leases taken through A", subB.Ack(acked...), acked, "acked", "acked", "acked")
+	wantResults(t, "ack again through A", subA.Ack(acked...), acked, "unknown", "unknown", "unknown")
+	wantResults(t, "nack through B", subB.nack(got[3].AckID), []string{got[3].AckID}, "nacked")
 
 	again, _ := subB.pullOne(10 * time.Second)
 	if again.EventID != got[3].EventID || again.Attempt != 2 {
 		t.Fatalf("after the nack through B: %+v, want attempt 2 of %s", again, got[3].EventID)
 	}
-	plWantResults(t, "ack through A of a lease taken through B", subA.ack(again.AckID), []string{again.AckID}, "acked")
+	wantResults(t, "ack through A of a lease taken through B", subA.Ack(again.AckID), []string{again.AckID}, "acked")
 
 	// Longer than the ack deadline and two reaper rounds of each process:
 	// nothing acked comes back, through either.
-	subA.pullNone(1500)
-	subB.pullNone(1000)
+	subA.PullNone(1500)
+	subB.PullNone(1000)
 	for _, m := range got[:3] {
-		subA.waitLog(m.EventID, plLogRow{status: "delivered"})
+		subA.waitLog(m.EventID, logRow{status: "delivered"})
 	}
-	subB.waitLog(got[3].EventID, plLogRow{status: "failed", err: "nacked"}, plLogRow{status: "delivered", delay: 200})
+	subB.waitLog(got[3].EventID, logRow{status: "failed", err: "nacked"}, logRow{status: "delivered", delay: 200})
 }
 
 // TestPullSurvivesKill: a process SIGKILLed with leases outstanding loses
@@ -141,32 +136,20 @@ func TestPullTwoProcesses(t *testing.T) {
 // every message is pulled again or acked, none twice once acked.
 func TestPullSurvivesKill(t *testing.T) {
 	t.Parallel()
-	brokerURL := realBroker(t)
-	bin := buildService(t)
-	env := plBrokerEnv(t, brokerURL, storetest.PostgresSchemaURL(t))
+	brokerURL := apptest.RealBroker(t)
+	bin := apptest.BuildService(t)
+	env := brokerEnv(t, brokerURL, storetest.PostgresSchemaURL(t))
 
-	first := startProcess(t, bin, "serve", env)
-	c := client{t: t, base: first.base}
-	sub := plSetup(c, plRoom("amq-kill-pull"), "", `"ackDeadline":2000`)
+	first := apptest.StartProcess(t, bin, "serve", env)
+	c := first.Client(t)
+	sub := setup(c, apptest.UniqueRoom("amq-kill-pull"), "", `"ackDeadline":2000`)
 	pubs := map[string]bool{}
 	for n := range 10 {
-		pubs[plPublish(c, sub.room, n).EventID] = true
+		pubs[c.PublishTick(sub.Room, n).EventID] = true
 	}
 	// Wait until all ten are in the queue, so that one pull leases them all.
-	deadline := time.Now().Add(10 * time.Second)
-	for n := 0; n < 10; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of 10 sends confirmed by the broker within 10 s", n)
-		}
-		time.Sleep(20 * time.Millisecond)
-		n = 0
-		for id := range pubs {
-			if ds := sub.deliveries(id); len(ds) == 1 && ds[0].Status == "sent" {
-				n++
-			}
-		}
-	}
-	leased := sub.pullN(10, 10*time.Second)
+	sub.waitQueued(10)
+	leased := sub.PullN(10, 10*time.Second)
 	earliest := leased[0].AckDeadline
 	for _, m := range leased {
 		if !pubs[m.EventID] || m.Attempt != 1 {
@@ -176,28 +159,25 @@ func TestPullSurvivesKill(t *testing.T) {
 			earliest = m.AckDeadline
 		}
 	}
-	if err := first.cmd.Process.Kill(); err != nil { // SIGKILL: no shutdown code runs
-		t.Fatal(err)
-	}
-	_ = first.cmd.Wait()
+	first.Kill(t)
 	killedAt := time.Now()
 
-	second := startProcess(t, bin, "serve", env)
+	second := apptest.StartProcess(t, bin, "serve", env)
 	t.Logf("the second process was ready %v after the kill, %v before the earliest ack deadline",
 		time.Since(killedAt).Round(time.Millisecond), time.Until(earliest).Round(time.Millisecond))
-	sub = sub.on(client{t: t, base: second.base})
+	sub = sub.on(second.Client(t))
 	ackNow := []string{leased[0].AckID, leased[1].AckID, leased[2].AckID, leased[3].AckID}
 	if time.Now().After(earliest) {
 		t.Fatalf("the second process started after the leases' deadline (%v): too slow to test acks", earliest)
 	}
-	plWantResults(t, "acks through the new process", sub.ack(ackNow...), ackNow, "acked", "acked", "acked", "acked")
+	wantResults(t, "acks through the new process", sub.Ack(ackNow...), ackNow, "acked", "acked", "acked", "acked")
 
 	// The other six come back, from attempt 2, once their deadline passed.
 	want := map[string]time.Time{} // event id → its lease's deadline
 	for _, m := range leased[4:] {
 		want[m.EventID] = m.AckDeadline
 	}
-	back := sub.pullN(6, 10*time.Second)
+	back := sub.PullN(6, 10*time.Second)
 	var backIDs []string
 	for _, m := range back {
 		old, ok := want[m.EventID]
@@ -214,24 +194,24 @@ func TestPullSurvivesKill(t *testing.T) {
 	if len(want) != 0 {
 		t.Fatalf("never redelivered: %v", want)
 	}
-	sub.ack(backIDs...)
-	sub.pullNone(2500) // past another ack deadline: nothing else comes
+	sub.Ack(backIDs...)
+	sub.PullNone(2500) // past another ack deadline: nothing else comes
 	for _, m := range leased[:4] {
-		sub.waitLog(m.EventID, plLogRow{status: "delivered"})
+		sub.waitLog(m.EventID, logRow{status: "delivered"})
 	}
 	for _, m := range leased[4:] {
-		sub.waitLog(m.EventID, plLogRow{status: "failed", err: "ack deadline exceeded"}, plLogRow{status: "delivered"})
+		sub.waitLog(m.EventID, logRow{status: "failed", err: "ack deadline exceeded"}, logRow{status: "delivered"})
 	}
 }
 
-// plPublishSized publishes n "tick" events whose payloads are about size
+// publishSized publishes n "tick" events whose payloads are about size
 // bytes and returns their event ids.
-func plPublishSized(c client, room string, n, size int) []string {
-	c.t.Helper()
+func publishSized(c apptest.Client, room string, n, size int) []string {
+	c.T.Helper()
 	ids := make([]string, n)
 	for i := range ids {
-		var p plPublished
-		plCall(c, "POST", "/v1/rooms/"+room+"/messages",
+		var p apptest.Tick
+		c.CallJSON("POST", "/v1/rooms/"+room+"/messages",
 			fmt.Sprintf(`{"eventType":"tick","payload":{"n":%d,"pad":"%s"}}`, i, strings.Repeat("x", max(size-20, 0))), 202, &p)
 		ids[i] = p.EventID
 	}
@@ -240,15 +220,11 @@ func plPublishSized(c client, room string, n, size int) []string {
 
 // waitQueued waits until n copies of the subscription wait in its queue:
 // confirmed by the broker ("sent") and not yet pulled.
-func (s plSub) waitQueued(n int) {
-	s.c.t.Helper()
-	pushEventually(s.c.t, 10*time.Second, fmt.Sprintf("%d copies in the queue", n), func() bool {
-		var list struct {
-			Items []plDelivery `json:"items"`
-		}
-		plCall(s.c, "GET", s.path()+"/deliveries?limit=500", "", 200, &list)
+func (s sub) waitQueued(n int) {
+	s.C.T.Helper()
+	apitest.EventuallyWithin(s.C.T, 10*time.Second, fmt.Sprintf("%d copies in the queue", n), func() bool {
 		sent := 0
-		for _, d := range list.Items {
+		for _, d := range s.Deliveries("") {
 			if d.Status == "sent" {
 				sent++
 			}
@@ -257,21 +233,21 @@ func (s plSub) waitQueued(n int) {
 	})
 }
 
-// TestPullTakesWhatIsWaiting: a pull answers every message already in the
+// TestPullTakesWhatIsWaitingLive: through the service, a pull answers every message already in the
 // queue, up to maxMessages, at once: 5 waiting give one answer of 5, 25 give
 // 10, 10 and 5, with typical and with large payloads (which fill Artemis'
 // consumer window, counted in bytes, before 10 messages do).
-func TestPullTakesWhatIsWaiting(t *testing.T) {
+func TestPullTakesWhatIsWaitingLive(t *testing.T) {
 	t.Parallel()
-	run := func(t *testing.T, c client) {
+	run := func(t *testing.T, c apptest.Client) {
 		for _, size := range []int{200, 8 << 10} {
-			sub := plSetup(c, plRoom("pull-waiting"), "", "")
+			sub := setup(c, apptest.UniqueRoom("pull-waiting"), "", "")
 			seen := map[string]bool{}
 			for _, tc := range []struct {
 				queued int
 				want   []int
 			}{{5, []int{5}}, {25, []int{10, 10, 5}}} {
-				plPublishSized(c, sub.room, tc.queued, size)
+				publishSized(c, sub.Room, tc.queued, size)
 				sub.waitQueued(tc.queued)
 				var got []int
 				var took []time.Duration
@@ -279,7 +255,7 @@ func TestPullTakesWhatIsWaiting(t *testing.T) {
 					start := time.Now()
 					// A long poll answers as soon as the first message is there,
 					// so the wait only guards against a slow broker.
-					ms := sub.pull(10, 5000)
+					ms := sub.Pull(10, 5000)
 					took = append(took, time.Since(start).Round(time.Millisecond))
 					got = append(got, len(ms))
 					ids := make([]string, len(ms))
@@ -291,7 +267,7 @@ func TestPullTakesWhatIsWaiting(t *testing.T) {
 						ids[i] = m.AckID
 					}
 					if len(ids) > 0 {
-						sub.ack(ids...)
+						sub.Ack(ids...)
 					}
 				}
 				t.Logf("%d waiting (%d-byte payloads): pulls of 10 answered %v in %v", tc.queued, size, got, took)
@@ -310,11 +286,11 @@ func TestPullTakesWhatIsWaiting(t *testing.T) {
 	}
 	t.Run("embedded", func(t *testing.T) {
 		t.Parallel()
-		run(t, plService(t, nil))
+		run(t, service(t, nil))
 	})
 	t.Run("broker", func(t *testing.T) {
 		t.Parallel()
-		run(t, client{t: t, base: startService(t, plBrokerEnv(t, realBroker(t), storetest.PostgresSchemaURL(t)))})
+		run(t, apptest.StartService(t, brokerEnv(t, apptest.RealBroker(t), storetest.PostgresSchemaURL(t))))
 	})
 }
 
@@ -324,15 +300,15 @@ func TestPullTakesWhatIsWaiting(t *testing.T) {
 // other 90 or so.
 func TestPullLeavesTheRestQueued(t *testing.T) {
 	t.Parallel()
-	brokerURL, dbURL := realBroker(t), storetest.PostgresSchemaURL(t)
-	c := client{t: t, base: startService(t, plBrokerEnv(t, brokerURL, dbURL))}
+	brokerURL, dbURL := apptest.RealBroker(t), storetest.PostgresSchemaURL(t)
+	c := apptest.StartService(t, brokerEnv(t, brokerURL, dbURL))
 	var created struct {
 		Destination string `json:"destination"`
 	}
-	sub := plSetup(c, plRoom("pull-rest"), "", "")
-	plCall(c, "GET", sub.path(), "", 200, &created)
+	sub := setup(c, apptest.UniqueRoom("pull-rest"), "", "")
+	c.CallJSON("GET", sub.Path(), "", 200, &created)
 	const total, pulled = 100, 10
-	plPublishSized(c, sub.room, total, 200)
+	publishSized(c, sub.Room, total, 200)
 	sub.waitQueued(total)
 
 	// Hold the pull between taking its messages and storing their leases.
@@ -350,13 +326,11 @@ func TestPullLeavesTheRestQueued(t *testing.T) {
 	if _, err := tx.Exec(ctx, "LOCK TABLE pull_leases IN SHARE MODE"); err != nil {
 		t.Fatal(err)
 	}
-	answer := make(chan []plMessage, 1)
+	answer := make(chan []pull.Message, 1)
 	go func() {
-		// Not sub.pull: t.Fatal must not run off the test's goroutine.
-		var out struct {
-			Messages []plMessage `json:"messages"`
-		}
-		resp, err := http.Post(c.base+sub.path()+"/pull", "application/json", strings.NewReader(fmt.Sprintf(`{"maxMessages":%d}`, pulled)))
+		// Not sub.Pull: t.Fatal must not run off the test's goroutine.
+		var out pull.MessagesResponse
+		resp, err := http.Post(c.Base+sub.Path()+"/pull", "application/json", strings.NewReader(fmt.Sprintf(`{"maxMessages":%d}`, pulled)))
 		if err != nil {
 			t.Errorf("pull: %v", err)
 			answer <- nil
@@ -369,7 +343,7 @@ func TestPullLeavesTheRestQueued(t *testing.T) {
 		}
 		answer <- out.Messages
 	}()
-	pushEventually(t, 10*time.Second, "pull waiting to store its leases", func() bool {
+	apitest.EventuallyWithin(t, 10*time.Second, "pull waiting to store its leases", func() bool {
 		var waiting int
 		if err := tx.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'pull_leases'::regclass").Scan(&waiting); err != nil {
 			t.Fatal(err)
