@@ -278,7 +278,7 @@ func (a *API) Send(method, path string, body []byte, headers map[string]string) 
 
 func send(t testing.TB, base, method, path string, body []byte, headers map[string]string) Response {
 	t.Helper()
-	req, err := http.NewRequest(method, base+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(context.Background(), method, base+path, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,7 +317,7 @@ func CheckSpec(method, path string, reqBody []byte, r Response) error {
 	if r.Status >= 400 && path != "/readyz" && !strings.HasPrefix(r.Header.Get("Content-Type"), "application/problem+json") {
 		return fmt.Errorf("%s %s: error %d has Content-Type %q, want application/problem+json", method, path, r.Status, r.Header.Get("Content-Type"))
 	}
-	req, _ := http.NewRequest(method, "http://api.test"+path, bytes.NewReader(reqBody))
+	req, _ := http.NewRequestWithContext(context.Background(), method, "http://api.test"+path, bytes.NewReader(reqBody))
 	if reqBody != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}

@@ -18,7 +18,7 @@ type Sample struct {
 // Scrape reads /metrics and checks it is the Prometheus text format.
 func Scrape(t testing.TB, base string) []Sample {
 	t.Helper()
-	resp, err := http.Get(base + "/metrics")
+	resp, err := get(base + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,4 +102,3 @@ next:
 	}
 	return total
 }
-

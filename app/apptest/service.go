@@ -69,7 +69,7 @@ func (s *SyncBuffer) String() string {
 // freeAddr is a loopback host:port nothing listens on.
 func freeAddr(t testing.TB) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := new(net.ListenConfig).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,7 +140,7 @@ func waitReady(t *testing.T, base string, within time.Duration, logs func() stri
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
-		resp, err := http.Get(base + "/readyz")
+		resp, err := get(base + "/readyz")
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -211,7 +211,7 @@ type Process struct {
 func BuildService(t *testing.T) string {
 	t.Helper()
 	bin := filepath.Join(t.TempDir(), "messaging-api")
-	cmd := exec.Command("go", "build", "-o", bin, "./cmd/messaging-api")
+	cmd := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "./cmd/messaging-api")
 	cmd.Dir = RepoRoot()
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
@@ -225,7 +225,9 @@ func BuildService(t *testing.T) string {
 func StartProcess(t *testing.T, bin, subcommand string, env map[string]string) *Process {
 	t.Helper()
 	addr := freeAddr(t)
-	p := &Process{cmd: exec.Command(bin, subcommand), Base: "http://" + addr, Logs: &SyncBuffer{}}
+	// Not CommandContext: the cleanup below kills it, and Kill may do so earlier.
+	cmd := exec.Command(bin, subcommand) //nolint:noctx
+	p := &Process{cmd: cmd, Base: "http://" + addr, Logs: &SyncBuffer{}}
 	p.cmd.Env = append(os.Environ(), "HTTP_ADDR="+addr, "LOG_LEVEL=warn", "PUSH_ALLOWED_CIDRS="+LoopbackCIDRs, "AUTH_DISABLED=true")
 	for k, v := range env {
 		p.cmd.Env = append(p.cmd.Env, k+"="+v)
@@ -242,7 +244,7 @@ func StartProcess(t *testing.T, bin, subcommand string, env map[string]string) *
 		}
 	})
 	apitest.EventuallyWithin(t, 30*time.Second, subcommand+" process ready", func() bool {
-		resp, err := http.Get(p.Base + "/readyz")
+		resp, err := get(p.Base + "/readyz")
 		if err != nil {
 			return false
 		}
@@ -262,4 +264,13 @@ func (p *Process) Kill(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = p.cmd.Wait()
+}
+
+// get is http.Get with a context, for the harness's own probes.
+func get(url string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	return http.DefaultClient.Do(req)
 }
