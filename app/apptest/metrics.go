@@ -2,6 +2,7 @@ package apptest
 
 import (
 	"bufio"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -14,6 +15,8 @@ type Sample struct {
 	Labels map[string]string
 	Value  float64
 }
+
+func (s Sample) String() string { return fmt.Sprintf("%s%v %v", s.Name, s.Labels, s.Value) }
 
 // Scrape reads /metrics and checks it is the Prometheus text format.
 func Scrape(t testing.TB, base string) []Sample {

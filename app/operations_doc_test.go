@@ -1,4 +1,4 @@
-package main
+package app
 
 import (
 	"os"
@@ -10,7 +10,7 @@ import (
 // setting with its flag and default.
 func TestOperationsDocCoversSettings(t *testing.T) {
 	t.Parallel()
-	raw, err := os.ReadFile("../../docs/operations.md")
+	raw, err := os.ReadFile("../docs/operations.md")
 	if err != nil {
 		t.Fatal(err)
 	}

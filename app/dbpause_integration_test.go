@@ -1,4 +1,4 @@
-package main
+package app_test
 
 import (
 	"net/url"
@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roomhub/messaging-api/api/apitest"
+	"github.com/roomhub/messaging-api/app/apptest"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
 
@@ -32,61 +34,61 @@ func TestDispatcherPausesWhileDatabaseDown(t *testing.T) {
 				"AUTH_DISABLED": "true", "LOG_LEVEL": "info",
 			}
 			if name != "embedded" {
-				env["PUSH_QUEUE"] = uniquePushQueue(t)
+				env["PUSH_QUEUE"] = apptest.UniquePushQueue(t)
 			}
 			hook := newScriptedHook(t)
-			c := client{t: t, base: startService(t, env)}
+			c := apptest.StartService(t, env)
 			const n = 5
 			// Each event fails once; its retry comes due 3 s later, during the outage.
-			sub := setupPushRoom(c, "db-pause", `"deliveryDelay":3000,"deliveryDelayMultiplier":1,"deliveryAttempts":2`, hook.URL())
+			sub := c.SetupPushRoom("db-pause", `"deliveryDelay":3000,"deliveryDelayMultiplier":1,"deliveryAttempts":2`, hook.URL())
 			var events []string
 			for range n {
-				events = append(events, pushPublish(c, "db-pause", `{"eventType":"tick","payload":{"script":"fail,ok"}}`).EventID)
+				events = append(events, c.Publish("db-pause", `{"eventType":"tick","payload":{"script":"fail,ok"}}`).EventID)
 			}
-			pushEventually(t, 10*time.Second, "every first attempt settled", func() bool {
-				return sum(scrape(t, c.base), "messaging_deliveries_total", "type", "push", "outcome", "retried") == n
+			apitest.EventuallyWithin(t, 10*time.Second, "every first attempt settled", func() bool {
+				return apptest.Sum(apptest.Scrape(t, c.Base), "messaging_deliveries_total", "type", "push", "outcome", "retried") == n
 			})
 
 			proxy.down()
 			downAt := time.Now()
-			pushEventually(t, 5*time.Second, "the dispatcher paused", func() bool {
-				return sum(scrape(t, c.base), "messaging_dispatcher_paused") == 1
+			apitest.EventuallyWithin(t, 5*time.Second, "the dispatcher paused", func() bool {
+				return apptest.Sum(apptest.Scrape(t, c.Base), "messaging_dispatcher_paused") == 1
 			})
-			ready := c.call("GET", "/readyz", "", 503)
+			ready := c.Call("GET", "/readyz", "", 503)
 			if ready["checks"].(map[string]any)["database"] != "unreachable" {
 				t.Errorf("readyz: %v", ready)
 			}
 			// The retries come due about 3 s after the first attempts; hold
 			// the database down well past that.
 			time.Sleep(time.Until(downAt.Add(6 * time.Second)))
-			if got := hook.count(); got != n {
+			if got := hook.Count(); got != n {
 				t.Errorf("the hook got %d requests while the database was down, want the %d first attempts only", got-n, n)
 			}
-			m := scrape(t, c.base)
-			if paused := sum(m, "messaging_dispatcher_paused"); paused != 1 {
+			m := apptest.Scrape(t, c.Base)
+			if paused := apptest.Sum(m, "messaging_dispatcher_paused"); paused != 1 {
 				t.Errorf("dispatcher_paused %v during the outage", paused)
 			}
-			if final := sum(m, "messaging_deliveries_total", "type", "push") - sum(m, "messaging_deliveries_total", "type", "push", "outcome", "retried"); final != 0 {
+			if final := apptest.Sum(m, "messaging_deliveries_total", "type", "push") - apptest.Sum(m, "messaging_deliveries_total", "type", "push", "outcome", "retried"); final != 0 {
 				t.Errorf("%v messages reached a final outcome during the outage", final)
 			}
 
 			proxy.up()
-			hook.waitFor(2*n, 20*time.Second)
+			hook.WaitFor(2*n, 20*time.Second)
 			for _, ev := range events {
-				ds := sub.waitStatuses(ev, 10*time.Second, "failed", "delivered")
+				ds := sub.WaitStatuses(ev, 10*time.Second, "failed", "delivered")
 				if ds[1].Attempt != 2 {
 					t.Errorf("event %s delivered at attempt %d, want 2", ev, ds[1].Attempt)
 				}
 			}
-			if dls := sub.deadLetters(); len(dls) != 0 {
+			if dls := sub.DeadLetters(); len(dls) != 0 {
 				t.Errorf("%d dead letters after a database outage, want none: %+v", len(dls), dls)
 			}
-			pushEventually(t, 5*time.Second, "the dispatcher resumed", func() bool {
-				m := scrape(t, c.base)
-				return sum(m, "messaging_dispatcher_paused") == 0 &&
-					sum(m, "messaging_deliveries_total", "type", "push", "outcome", "delivered") == n
+			apitest.EventuallyWithin(t, 5*time.Second, "the dispatcher resumed", func() bool {
+				m := apptest.Scrape(t, c.Base)
+				return apptest.Sum(m, "messaging_dispatcher_paused") == 0 &&
+					apptest.Sum(m, "messaging_deliveries_total", "type", "push", "outcome", "delivered") == n
 			})
-			if got := hook.count(); got != 2*n {
+			if got := hook.Count(); got != 2*n {
 				t.Errorf("the hook got %d requests, want %d (one retry each)", got, 2*n)
 			}
 		})

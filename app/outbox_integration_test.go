@@ -1,42 +1,26 @@
-package main
+package app_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/roomhub/messaging-api/api/apitest"
+	"github.com/roomhub/messaging-api/app/apptest"
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
-
-// realBroker is the STOMP URL of the test broker, skipping the test (failing
-// it in CI) when none is configured.
-func realBroker(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("-short: no real broker")
-	}
-	u := os.Getenv("BROKER_TEST_URL")
-	if u == "" {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("BROKER_TEST_URL is required in CI")
-		}
-		t.Skip("BROKER_TEST_URL not set: no real broker")
-	}
-	return u
-}
 
 // tcpProxy forwards loopback connections to a broker and can cut them all,
 // which the service sees as a broker outage, without touching the broker
@@ -134,37 +118,13 @@ func hostOf(t *testing.T, brokerURL string) string {
 	return u.Host
 }
 
-// client is a tiny HTTP client for a service started by the test.
-type client struct {
-	t    *testing.T
-	base string
-}
-
-func (c client) call(method, path, body string, wantStatus int) map[string]any {
-	c.t.Helper()
-	req, _ := http.NewRequest(method, c.base+path, strings.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		c.t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != wantStatus {
-		c.t.Fatalf("%s %s: %d, want %d: %s", method, path, resp.StatusCode, wantStatus, raw)
-	}
-	var m map[string]any
-	_ = json.Unmarshal(raw, &m)
-	return m
-}
-
 // setupPullRoom creates a room with one event type and a PULL subscription
 // and returns the subscription's queue.
-func setupPullRoom(c client, room string) broker.Destination {
-	c.call("POST", "/v1/rooms", `{"identifier":"`+room+`","managerIdentifier":"m"}`, 201)
-	c.call("POST", "/v1/rooms/"+room+"/event-types", `{"identifier":"tick"}`, 201)
-	c.call("POST", "/v1/rooms/"+room+"/event-types/tick/versions", `{"schema":{"type":"object"}}`, 201)
-	sub := c.call("POST", "/v1/rooms/"+room+"/subscriptions", `{"type":"PULL","eventTypes":[{"eventType":"tick"}]}`, 201)
+func setupPullRoom(c apptest.Client, room string) broker.Destination {
+	c.Call("POST", "/v1/rooms", `{"identifier":"`+room+`","managerIdentifier":"m"}`, 201)
+	c.Call("POST", "/v1/rooms/"+room+"/event-types", `{"identifier":"tick"}`, 201)
+	c.Call("POST", "/v1/rooms/"+room+"/event-types/tick/versions", `{"schema":{"type":"object"}}`, 201)
+	sub := c.Call("POST", "/v1/rooms/"+room+"/subscriptions", `{"type":"PULL","eventTypes":[{"eventType":"tick"}]}`, 201)
 	addr, queue, _ := strings.Cut(sub["destination"].(string), "::")
 	return broker.Destination{Address: addr, Queue: queue}
 }
@@ -208,10 +168,10 @@ func drain(t *testing.T, brokerURL string, dest broker.Destination, want map[str
 	return got
 }
 
-func publishN(c client, room string, n int) map[string]bool {
+func publishN(c apptest.Client, room string, n int) map[string]bool {
 	ids := map[string]bool{}
 	for i := range n {
-		r := c.call("POST", "/v1/rooms/"+room+"/messages", fmt.Sprintf(`{"eventType":"tick","payload":{"n":%d}}`, i), 202)
+		r := c.Call("POST", "/v1/rooms/"+room+"/messages", fmt.Sprintf(`{"eventType":"tick","payload":{"n":%d}}`, i), 202)
 		ids[r["eventId"].(string)] = true
 	}
 	return ids
@@ -220,21 +180,20 @@ func publishN(c client, room string, n int) map[string]bool {
 // TestPublishDuringBrokerOutage: publishes accepted while the broker is
 // unreachable are delivered once it is back.
 func TestPublishDuringBrokerOutage(t *testing.T) {
-	brokerURL := realBroker(t)
+	brokerURL := apptest.RealBroker(t)
 	proxy := newTCPProxy(t, hostOf(t, brokerURL))
-	base := startService(t, map[string]string{
+	c := apptest.StartService(t, map[string]string{
 		"BROKER_URL":           proxy.via(brokerURL),
 		"DATABASE_URL":         storetest.PostgresSchemaURL(t),
 		"OUTBOX_POLL_INTERVAL": "200ms",
 	})
-	c := client{t: t, base: base}
 	room := fmt.Sprintf("outage-%d", time.Now().UnixNano())
 	dest := setupPullRoom(c, room)
 
 	proxy.down()
 	ids := publishN(c, room, 20)
 	time.Sleep(500 * time.Millisecond) // the relay tries and fails meanwhile
-	list := c.call("GET", "/v1/rooms/"+room+"/messages?limit=50", "", 200)
+	list := c.Call("GET", "/v1/rooms/"+room+"/messages?limit=50", "", 200)
 	for _, it := range list["items"].([]any) {
 		att := it.(map[string]any)["deliveries"].([]any)[0].(map[string]any)["attempts"].([]any)[0].(map[string]any)
 		if att["status"] != "pending" {
@@ -254,24 +213,21 @@ func TestPublishDuringBrokerOutage(t *testing.T) {
 // TestPublishSurvivesKill: a process SIGKILLed after answering 202 but before
 // relaying loses nothing; the next process relays what it left.
 func TestPublishSurvivesKill(t *testing.T) {
-	brokerURL := realBroker(t)
-	bin := buildService(t)
+	brokerURL := apptest.RealBroker(t)
+	bin := apptest.BuildService(t)
 	proxy := newTCPProxy(t, hostOf(t, brokerURL))
 	env := map[string]string{
 		"DATABASE_URL": storetest.PostgresSchemaURL(t), "BROKER_URL": proxy.via(brokerURL), "OUTBOX_POLL_INTERVAL": "200ms",
 	}
-	start := func() *process { return startProcess(t, bin, "serve", env) }
+	start := func() *apptest.Process { return apptest.StartProcess(t, bin, "serve", env) }
 
 	first := start()
-	c := client{t: t, base: first.base}
+	c := apptest.Client{T: t, Base: first.Base}
 	room := fmt.Sprintf("kill-%d", time.Now().UnixNano())
 	dest := setupPullRoom(c, room)
 	proxy.down() // nothing the first process accepts can reach the broker
 	ids := publishN(c, room, 25)
-	if err := first.cmd.Process.Kill(); err != nil { // SIGKILL: no shutdown code runs
-		t.Fatal(err)
-	}
-	_ = first.cmd.Wait()
+	first.Kill(t) // SIGKILL: no shutdown code runs
 	proxy.up()
 
 	start() // a new process on the same database relays the orphaned sends
@@ -293,18 +249,18 @@ func TestDatabaseDownAnswers503(t *testing.T) {
 	}
 	proxy := newTCPProxy(t, pgURL.Host)
 	pgURL.Host = proxy.addr
-	base := startService(t, map[string]string{"DATABASE_URL": pgURL.String()})
-	c := client{t: t, base: base}
-	c.call("POST", "/v1/rooms", `{"identifier":"db-down","managerIdentifier":"m"}`, 201)
-	c.call("POST", "/v1/rooms/db-down/event-types", `{"identifier":"tick"}`, 201)
-	c.call("POST", "/v1/rooms/db-down/event-types/tick/versions", `{"schema":true}`, 201)
+	c := apptest.StartService(t, map[string]string{"DATABASE_URL": pgURL.String()})
+	base := c.Base
+	c.Call("POST", "/v1/rooms", `{"identifier":"db-down","managerIdentifier":"m"}`, 201)
+	c.Call("POST", "/v1/rooms/db-down/event-types", `{"identifier":"tick"}`, 201)
+	c.Call("POST", "/v1/rooms/db-down/event-types/tick/versions", `{"schema":true}`, 201)
 
 	proxy.down()
-	r := c.call("POST", "/v1/rooms/db-down/messages", `{"eventType":"tick","payload":1}`, 503)
+	r := c.Call("POST", "/v1/rooms/db-down/messages", `{"eventType":"tick","payload":1}`, 503)
 	if r["status"] != 503.0 {
 		t.Errorf("not a problem document: %v", r)
 	}
-	ready := c.call("GET", "/readyz", "", 503)
+	ready := c.Call("GET", "/readyz", "", 503)
 	if ready["checks"].(map[string]any)["database"] != "unreachable" {
 		t.Errorf("readyz: %v", ready)
 	}
@@ -331,24 +287,24 @@ func TestDatabaseDownAnswers503(t *testing.T) {
 // each a dead letter (reason expired), for PUSH and PULL alike; nothing
 // expired is delivered.
 func TestExpiredDuringBrokerOutageDeadLetters(t *testing.T) {
-	brokerURL := realBroker(t)
+	brokerURL := apptest.RealBroker(t)
 	proxy := newTCPProxy(t, hostOf(t, brokerURL))
-	c := client{t: t, base: startService(t, map[string]string{
+	c := apptest.StartService(t, map[string]string{
 		"BROKER_URL":           proxy.via(brokerURL),
 		"DATABASE_URL":         storetest.PostgresSchemaURL(t),
 		"OUTBOX_POLL_INTERVAL": "200ms",
-	})}
-	hook, _ := statusPushHook(t, 200)
-	room := plRoom("expired-outage")
-	pushed := setupPushRoom(c, room, `"messageExpiration":1000`, hook.URL())
-	pulled := plAddSub(c, room, "")
+	})
+	hook, _ := apptest.StatusHook(t, 200)
+	room := apptest.UniqueRoom("expired-outage")
+	pushed := c.SetupPushRoom(room, `"messageExpiration":1000`, hook.URL())
+	pulled := c.AddPullSub(room, "")
 
 	proxy.down()
 	const n = 5
 	events := map[string]bool{}
-	var last pushPublished
+	var last publish.PublishResponse
 	for i := range n {
-		last = pushPublish(c, room, fmt.Sprintf(`{"eventType":"tick","payload":{"n":%d}}`, i))
+		last = c.Publish(room, fmt.Sprintf(`{"eventType":"tick","payload":{"n":%d}}`, i))
 		events[last.EventID] = true
 	}
 	// The relay's first sends wait out their timeout (10 s, retrying the
@@ -357,27 +313,27 @@ func TestExpiredDuringBrokerOutageDeadLetters(t *testing.T) {
 	time.Sleep(time.Until(last.PublishedAt.Add(publish.DefaultRelayConfig.SendTimeout + time.Second)))
 	proxy.up()
 
-	dls := pushed.waitDeadLetters(n, 60*time.Second)
+	dls := pushed.WaitDeadLetters(n, 60*time.Second)
 	for _, dl := range dls {
 		if !events[dl.EventID] || dl.Reason != "expired" || dl.Attempts != 1 {
 			t.Errorf("push dead letter %+v: want one of the published events, reason expired, attempt 1", dl)
 		}
 	}
 	for id := range events {
-		if ds := pushed.waitStatuses(id, 5*time.Second, "expired"); ds[0].Error != "expired before delivery" {
+		if ds := pushed.WaitStatuses(id, 5*time.Second, "expired"); ds[0].Error != "expired before delivery" {
 			t.Errorf("push log of %s: error %q, want expired before delivery", id, ds[0].Error)
 		}
 	}
-	if got := hook.count(); got != 0 {
+	if got := hook.Count(); got != 0 {
 		t.Errorf("the endpoint got %d requests of expired messages", got)
 	}
 
 	// A pull returns none of them and dead-letters each.
-	pulledSub := plSub{c: c, room: room, id: pulled.id}
-	var pdls []plDeadLetter
-	pushEventually(t, 30*time.Second, fmt.Sprintf("%d pull dead letters", n), func() bool {
-		pulledSub.pullNone(200)
-		pdls = pulledSub.deadLetters()
+	pulledSub := apptest.PullSub{C: c, Room: room, ID: pulled.ID}
+	var pdls []push.DeadLetterResponse
+	apitest.EventuallyWithin(t, 30*time.Second, fmt.Sprintf("%d pull dead letters", n), func() bool {
+		pulledSub.PullNone(200)
+		pdls = pulledSub.DeadLetters()
 		return len(pdls) >= n
 	})
 	for _, dl := range pdls {

@@ -1,4 +1,4 @@
-package main
+package app_test
 
 import (
 	"net"
@@ -10,6 +10,9 @@ import (
 
 	"github.com/go-stomp/stomp/v3/frame"
 
+	"github.com/roomhub/messaging-api/api/apitest"
+	"github.com/roomhub/messaging-api/app/apptest"
+	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
 
@@ -124,46 +127,45 @@ func (p *refusingProxy) via(brokerURL string) string {
 // refusals each becomes a dead letter with reason broker_refused, replayable
 // once the broker takes it again. Nothing accepted is lost.
 func TestBrokerRefusalsBecomeDeadLetters(t *testing.T) {
-	brokerURL := realBroker(t)
+	brokerURL := apptest.RealBroker(t)
 	proxy := newRefusingProxy(t, hostOf(t, brokerURL))
-	base := startService(t, map[string]string{
+	c := apptest.StartService(t, map[string]string{
 		"BROKER_URL":          proxy.via(brokerURL),
 		"DATABASE_URL":        storetest.PostgresSchemaURL(t),
 		"OUTBOX_MAX_REFUSALS": "3", // refused at once, 1 s and 2 s later
 	})
-	c := client{t: t, base: base}
-	room := plRoom("refusals")
-	refused := plSetup(c, room, "", "")
-	fine := plAddSub(c, room, "")
-	queue := "subscription-" + refused.id
+	room := apptest.UniqueRoom("refusals")
+	refused := c.SetupPull(room, "", "")
+	fine := c.AddPullSub(room, "")
+	queue := "subscription-" + refused.ID
 	proxy.refuse.Store(&queue)
 
 	const n = 4
 	events := map[string]bool{}
 	start := time.Now()
 	for i := range n {
-		events[plPublish(c, room, i).EventID] = true
+		events[c.PublishTick(room, i).EventID] = true
 	}
 	// The other subscription gets every event meanwhile.
-	for _, m := range fine.pullN(n, 20*time.Second) {
+	for _, m := range fine.PullN(n, 20*time.Second) {
 		if !events[m.EventID] {
 			t.Errorf("pulled an event not published here: %s", m.EventID)
 		}
-		fine.ack(m.AckID)
+		fine.Ack(m.AckID)
 	}
-	var dls []plDeadLetter
+	var dls []push.DeadLetterResponse
 	polls, notReady := 0, 0
-	pushEventually(t, 30*time.Second, "the refused copies dead-lettered", func() bool {
+	apitest.EventuallyWithin(t, 30*time.Second, "the refused copies dead-lettered", func() bool {
 		// The relay stays healthy. (The broker check may blink: the broker
 		// closes a connection after refusing on it, and it is redialed.)
-		if _, body := plDo(c, "GET", "/readyz", ""); !strings.Contains(string(body), `"outbox":"ok"`) {
+		if _, body := c.Send("GET", "/readyz", ""); !strings.Contains(string(body), `"outbox":"ok"`) {
 			t.Errorf("/readyz: %s while the broker refuses copies: want the outbox ok (the broker is reachable)", body)
 		}
-		if status, _ := plDo(c, "GET", "/readyz", ""); status != 200 {
+		if status, _ := c.Send("GET", "/readyz", ""); status != 200 {
 			notReady++
 		}
 		polls++
-		dls = refused.deadLetters()
+		dls = refused.DeadLetters()
 		return len(dls) >= n
 	})
 	took := time.Since(start)
@@ -175,8 +177,8 @@ func TestBrokerRefusalsBecomeDeadLetters(t *testing.T) {
 	if notReady*20 > polls {
 		t.Errorf("/readyz answered 503 to %d of %d polls while the broker refused copies", notReady, polls)
 	}
-	pushEventually(t, 2*time.Second, "/readyz ready after the refusals", func() bool {
-		status, _ := plDo(c, "GET", "/readyz", "")
+	apitest.EventuallyWithin(t, 2*time.Second, "/readyz ready after the refusals", func() bool {
+		status, _ := c.Send("GET", "/readyz", "")
 		return status == 200
 	})
 	if len(dls) != n {
@@ -195,7 +197,7 @@ func TestBrokerRefusalsBecomeDeadLetters(t *testing.T) {
 		t.Errorf("dead-lettered after %s: the tries were not 1 s and 2 s apart", took)
 	}
 	for id := range events {
-		log := refused.deliveries(id)
+		log := refused.Deliveries(id)
 		if len(log) != 1 || log[0].Status != "dead_lettered" || !strings.Contains(log[0].Error, "AMQ229017") {
 			t.Errorf("log of %s: %+v, want one dead_lettered copy with the broker's answer", id, log)
 		}
@@ -204,11 +206,11 @@ func TestBrokerRefusalsBecomeDeadLetters(t *testing.T) {
 	// Once the broker takes them, the dead letters replay (as new events
 	// with the same payloads) and arrive.
 	proxy.refuse.Store(nil)
-	plCall(c, "POST", refused.path()+"/dead-letters:replay", "", 202, nil)
+	c.CallJSON("POST", refused.Path()+"/dead-letters:replay", "", 202, nil)
 	got := map[string]bool{}
-	for _, m := range refused.pullN(n, 20*time.Second) {
+	for _, m := range refused.PullN(n, 20*time.Second) {
 		got[string(m.Payload)] = true
-		refused.ack(m.AckID)
+		refused.Ack(m.AckID)
 	}
 	if len(got) != n {
 		t.Errorf("after the replay pulled %d distinct payloads (%v), want %d", len(got), got, n)

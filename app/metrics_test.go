@@ -1,18 +1,17 @@
-package main
+package app_test
 
 import (
-	"bufio"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/roomhub/messaging-api/api/apitest"
+	"github.com/roomhub/messaging-api/app/apptest"
 	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
@@ -20,18 +19,18 @@ import (
 // scriptedHook answers each event (by webhook-id) from the script its
 // payload names: {"script":"fail,ok"} is a 500, then 200s.
 type scriptedHook struct {
-	*pushHook
+	*apptest.Hook
 	mu    sync.Mutex
 	tries map[string]int
 }
 
 func newScriptedHook(t *testing.T) *scriptedHook {
 	h := &scriptedHook{tries: map[string]int{}}
-	h.pushHook = newPushHook(t, func(n int, w http.ResponseWriter, r *http.Request) {
+	h.Hook = apptest.NewHook(t, func(n int, w http.ResponseWriter, r *http.Request) {
 		var body struct {
 			Script string `json:"script"`
 		}
-		_ = json.Unmarshal(h.requests()[n-1].Body, &body) // the hook read r.Body
+		_ = json.Unmarshal(h.Requests()[n-1].Body, &body) // the hook read r.Body
 		h.mu.Lock()
 		h.tries[r.Header.Get("Webhook-Id")]++
 		try := h.tries[r.Header.Get("Webhook-Id")]
@@ -62,8 +61,8 @@ func backends(t *testing.T, f func(t *testing.T, env map[string]string)) {
 	t.Run("activemq", func(t *testing.T) {
 		t.Parallel()
 		f(t, map[string]string{
-			"OUTBOX_POLL_INTERVAL": "100ms", "AUTH_DISABLED": "true", "BROKER_URL": realBroker(t),
-			"DATABASE_URL": storetest.PostgresSchemaURL(t), "PUSH_QUEUE": uniquePushQueue(t),
+			"OUTBOX_POLL_INTERVAL": "100ms", "AUTH_DISABLED": "true", "BROKER_URL": apptest.RealBroker(t),
+			"DATABASE_URL": storetest.PostgresSchemaURL(t), "PUSH_QUEUE": apptest.UniquePushQueue(t),
 		})
 	})
 }
@@ -79,16 +78,16 @@ func TestMetricsAddUp(t *testing.T) {
 
 func testMetricsAddUp(t *testing.T, env map[string]string) {
 	hook := newScriptedHook(t)
-	c := client{t: t, base: startService(t, env)}
+	c := apptest.StartService(t, env)
 	const room = "metrics-flow"
-	pushSub := setupPushRoom(c, room, `"deliveryDelay":50,"deliveryDelayMultiplier":1,"deliveryAttempts":3`, hook.URL())
-	c.call("POST", "/v1/rooms/"+room+"/event-types", `{"identifier":"pulled"}`, 201)
-	c.call("POST", "/v1/rooms/"+room+"/event-types/pulled/versions", `{"schema":true}`, 201)
+	sub := c.SetupPushRoom(room, `"deliveryDelay":50,"deliveryDelayMultiplier":1,"deliveryAttempts":3`, hook.URL())
+	c.Call("POST", "/v1/rooms/"+room+"/event-types", `{"identifier":"pulled"}`, 201)
+	c.Call("POST", "/v1/rooms/"+room+"/event-types/pulled/versions", `{"schema":true}`, 201)
 	var ps struct {
 		ID string `json:"id"`
 	}
-	c.callJSON("POST", "/v1/rooms/"+room+"/subscriptions", `{"type":"PULL","eventTypes":[{"eventType":"pulled"}]}`, 201, &ps)
-	pullSub := plSub{c: c, room: room, id: ps.ID}
+	c.CallJSON("POST", "/v1/rooms/"+room+"/subscriptions", `{"type":"PULL","eventTypes":[{"eventType":"pulled"}]}`, 201, &ps)
+	pullSub := apptest.PullSub{C: c, Room: room, ID: ps.ID}
 
 	scripts := []string{
 		"fail",     // 3 attempts, then dead-lettered: 2 retries
@@ -98,27 +97,27 @@ func testMetricsAddUp(t *testing.T, env map[string]string) {
 		"ok", "ok", // delivered at once
 	}
 	for _, s := range scripts {
-		pushPublish(c, room, `{"eventType":"tick","payload":{"script":"`+s+`"}}`)
+		c.Publish(room, `{"eventType":"tick","payload":{"script":"`+s+`"}}`)
 	}
-	pushPublish(c, room, `{"eventType":"pulled","payload":{}}`)
+	c.Publish(room, `{"eventType":"pulled","payload":{}}`)
 
-	msgs := pullSub.pullN(1, 10*time.Second)
+	msgs := pullSub.PullN(1, 10*time.Second)
 	var leased float64
-	pushEventually(t, 5*time.Second, "one outstanding lease", func() bool {
-		leased = sum(scrape(t, c.base), "messaging_pull_leases_outstanding")
+	apitest.EventuallyWithin(t, 5*time.Second, "one outstanding lease", func() bool {
+		leased = apptest.Sum(apptest.Scrape(t, c.Base), "messaging_pull_leases_outstanding")
 		return leased == 1
 	})
-	pullSub.ack(msgs[0].AckID)
+	pullSub.Ack(msgs[0].AckID)
 
 	// Quiet: every push copy reached a final outcome.
-	var m []sample
-	pushEventually(t, 15*time.Second, "every push message settled", func() bool {
-		m = scrape(t, c.base)
-		final := sum(m, "messaging_deliveries_total", "type", "push") - sum(m, "messaging_deliveries_total", "type", "push", "outcome", "retried")
+	var m []apptest.Sample
+	apitest.EventuallyWithin(t, 15*time.Second, "every push message settled", func() bool {
+		m = apptest.Scrape(t, c.Base)
+		final := apptest.Sum(m, "messaging_deliveries_total", "type", "push") - apptest.Sum(m, "messaging_deliveries_total", "type", "push", "outcome", "retried")
 		// A scrape is not atomic: the last outcome's counter and histogram
 		// may fall on either side of it, so wait for both.
-		return final == float64(len(scripts)) && sum(m, "messaging_delivery_attempts_count", "type", "push") == final &&
-			sum(m, "messaging_outbox_backlog") == 0
+		return final == float64(len(scripts)) && apptest.Sum(m, "messaging_delivery_attempts_count", "type", "push") == final &&
+			apptest.Sum(m, "messaging_outbox_backlog") == 0
 	})
 
 	checks := []struct {
@@ -126,29 +125,29 @@ func testMetricsAddUp(t *testing.T, env map[string]string) {
 		got  float64
 		want float64
 	}{
-		{"published events in the room", sum(m, "messaging_published_events_total", "room", room), 7},
-		{"push sends", sum(m, "messaging_sends_total", "room", room, "type", "push"), 6},
-		{"pull sends", sum(m, "messaging_sends_total", "room", room, "type", "pull"), 1},
-		{"push delivered", sum(m, "messaging_deliveries_total", "type", "push", "outcome", "delivered"), 4},
-		{"push retried", sum(m, "messaging_deliveries_total", "type", "push", "outcome", "retried"), 4},
-		{"push dead-lettered", sum(m, "messaging_deliveries_total", "type", "push", "outcome", "dead_lettered"), 1},
-		{"push refused", sum(m, "messaging_deliveries_total", "type", "push", "outcome", "refused"), 1},
-		{"push expired", sum(m, "messaging_deliveries_total", "type", "push", "outcome", "expired"), 0},
-		{"pull delivered", sum(m, "messaging_deliveries_total", "type", "pull", "outcome", "delivered"), 1},
-		{"push retry delays", sum(m, "messaging_retry_delay_seconds_count", "type", "push"), 4},
-		{"push requests", sum(m, "messaging_push_request_duration_seconds_count"), 10},
-		{"push requests failing", sum(m, "messaging_push_request_duration_seconds_count", "result", "retryable"), 5},
-		{"push final attempts", sum(m, "messaging_delivery_attempts_count", "type", "push"), 6},
-		{"push attempts in all", sum(m, "messaging_delivery_attempts_sum", "type", "push"), 10},
-		{"push delivery latencies", sum(m, "messaging_delivery_latency_seconds_count", "type", "push"), 4},
-		{"pull delivery latencies", sum(m, "messaging_delivery_latency_seconds_count", "type", "pull"), 1},
-		{"leases after the ack", sum(m, "messaging_pull_leases_outstanding"), 0},
-		{"outbox age", sum(m, "messaging_outbox_oldest_age_seconds"), 0},
-		{"store stats", sum(m, "messaging_store_stats_up"), 1},
-		{"dispatcher paused", sum(m, "messaging_dispatcher_paused"), 0},
-		{"broker connected", sum(m, "messaging_broker_connected"), 1},
-		{"publish requests", sum(m, "messaging_http_request_duration_seconds_count", "route", "/v1/rooms/:roomId/messages", "method", "POST", "status", "202"), 7},
-		{"pull requests", sum(m, "messaging_http_request_duration_seconds_count", "route", "/v1/rooms/:roomId/subscriptions/:subscriptionId/pull", "status", "200"), 1},
+		{"published events in the room", apptest.Sum(m, "messaging_published_events_total", "room", room), 7},
+		{"push sends", apptest.Sum(m, "messaging_sends_total", "room", room, "type", "push"), 6},
+		{"pull sends", apptest.Sum(m, "messaging_sends_total", "room", room, "type", "pull"), 1},
+		{"push delivered", apptest.Sum(m, "messaging_deliveries_total", "type", "push", "outcome", "delivered"), 4},
+		{"push retried", apptest.Sum(m, "messaging_deliveries_total", "type", "push", "outcome", "retried"), 4},
+		{"push dead-lettered", apptest.Sum(m, "messaging_deliveries_total", "type", "push", "outcome", "dead_lettered"), 1},
+		{"push refused", apptest.Sum(m, "messaging_deliveries_total", "type", "push", "outcome", "refused"), 1},
+		{"push expired", apptest.Sum(m, "messaging_deliveries_total", "type", "push", "outcome", "expired"), 0},
+		{"pull delivered", apptest.Sum(m, "messaging_deliveries_total", "type", "pull", "outcome", "delivered"), 1},
+		{"push retry delays", apptest.Sum(m, "messaging_retry_delay_seconds_count", "type", "push"), 4},
+		{"push requests", apptest.Sum(m, "messaging_push_request_duration_seconds_count"), 10},
+		{"push requests failing", apptest.Sum(m, "messaging_push_request_duration_seconds_count", "result", "retryable"), 5},
+		{"push final attempts", apptest.Sum(m, "messaging_delivery_attempts_count", "type", "push"), 6},
+		{"push attempts in all", apptest.Sum(m, "messaging_delivery_attempts_sum", "type", "push"), 10},
+		{"push delivery latencies", apptest.Sum(m, "messaging_delivery_latency_seconds_count", "type", "push"), 4},
+		{"pull delivery latencies", apptest.Sum(m, "messaging_delivery_latency_seconds_count", "type", "pull"), 1},
+		{"leases after the ack", apptest.Sum(m, "messaging_pull_leases_outstanding"), 0},
+		{"outbox age", apptest.Sum(m, "messaging_outbox_oldest_age_seconds"), 0},
+		{"store stats", apptest.Sum(m, "messaging_store_stats_up"), 1},
+		{"dispatcher paused", apptest.Sum(m, "messaging_dispatcher_paused"), 0},
+		{"broker connected", apptest.Sum(m, "messaging_broker_connected"), 1},
+		{"publish requests", apptest.Sum(m, "messaging_http_request_duration_seconds_count", "route", "/v1/rooms/:roomId/messages", "method", "POST", "status", "202"), 7},
+		{"pull requests", apptest.Sum(m, "messaging_http_request_duration_seconds_count", "route", "/v1/rooms/:roomId/subscriptions/:subscriptionId/pull", "status", "200"), 1},
 	}
 	for _, ck := range checks {
 		if ck.got != ck.want {
@@ -156,36 +155,36 @@ func testMetricsAddUp(t *testing.T, env map[string]string) {
 		}
 	}
 	// The identities docs/operations.md states.
-	sends := sum(m, "messaging_sends_total")
-	final := sum(m, "messaging_deliveries_total") - sum(m, "messaging_deliveries_total", "outcome", "retried")
-	if sends != final+sum(m, "messaging_outbox_relayed_total", "result", "given_up") {
+	sends := apptest.Sum(m, "messaging_sends_total")
+	final := apptest.Sum(m, "messaging_deliveries_total") - apptest.Sum(m, "messaging_deliveries_total", "outcome", "retried")
+	if sends != final+apptest.Sum(m, "messaging_outbox_relayed_total", "result", "given_up") {
 		t.Errorf("sends %v != final outcomes %v + copies the relay gave up", sends, final)
 	}
-	retried := sum(m, "messaging_deliveries_total", "outcome", "retried")
-	if extra := sum(m, "messaging_delivery_attempts_sum") - sum(m, "messaging_delivery_attempts_count"); extra != retried {
+	retried := apptest.Sum(m, "messaging_deliveries_total", "outcome", "retried")
+	if extra := apptest.Sum(m, "messaging_delivery_attempts_sum") - apptest.Sum(m, "messaging_delivery_attempts_count"); extra != retried {
 		t.Errorf("attempts beyond the first %v != retried %v", extra, retried)
 	}
 
 	// Replayed, the two dead letters fail the same way again (new event
 	// ids: their scripts start over), and the sums still add up.
-	c.call("POST", pushSub.path()+"/dead-letters:replay", "", 202)
-	pushEventually(t, 15*time.Second, "the replayed messages settled", func() bool {
-		m = scrape(t, c.base)
-		final := sum(m, "messaging_deliveries_total", "type", "push") - sum(m, "messaging_deliveries_total", "type", "push", "outcome", "retried")
-		return final == float64(len(scripts)+2) && sum(m, "messaging_delivery_attempts_count", "type", "push") == final &&
-			sum(m, "messaging_outbox_backlog") == 0
+	c.Call("POST", sub.Path()+"/dead-letters:replay", "", 202)
+	apitest.EventuallyWithin(t, 15*time.Second, "the replayed messages settled", func() bool {
+		m = apptest.Scrape(t, c.Base)
+		final := apptest.Sum(m, "messaging_deliveries_total", "type", "push") - apptest.Sum(m, "messaging_deliveries_total", "type", "push", "outcome", "retried")
+		return final == float64(len(scripts)+2) && apptest.Sum(m, "messaging_delivery_attempts_count", "type", "push") == final &&
+			apptest.Sum(m, "messaging_outbox_backlog") == 0
 	})
-	if got := sum(m, "messaging_dead_letters_replayed_total", "type", "push"); got != 2 {
+	if got := apptest.Sum(m, "messaging_dead_letters_replayed_total", "type", "push"); got != 2 {
 		t.Errorf("dead letters replayed (push): %v, want 2", got)
 	}
-	sends = sum(m, "messaging_sends_total") + sum(m, "messaging_dead_letters_replayed_total")
-	final = sum(m, "messaging_deliveries_total") - sum(m, "messaging_deliveries_total", "outcome", "retried")
-	if sends != final+sum(m, "messaging_outbox_relayed_total", "result", "given_up") {
+	sends = apptest.Sum(m, "messaging_sends_total") + apptest.Sum(m, "messaging_dead_letters_replayed_total")
+	final = apptest.Sum(m, "messaging_deliveries_total") - apptest.Sum(m, "messaging_deliveries_total", "outcome", "retried")
+	if sends != final+apptest.Sum(m, "messaging_outbox_relayed_total", "result", "given_up") {
 		t.Errorf("after the replay: sends and replays %v != final outcomes %v + copies the relay gave up", sends, final)
 	}
 	for _, s := range m {
-		if r := s.labels["route"]; strings.Contains(r, room) || strings.Contains(r, ps.ID) {
-			t.Errorf("a route label holds a raw path: %v", s.labels)
+		if r := s.Labels["route"]; strings.Contains(r, room) || strings.Contains(r, ps.ID) {
+			t.Errorf("a route label holds a raw path: %v", s.Labels)
 		}
 	}
 }
@@ -194,14 +193,14 @@ func testMetricsAddUp(t *testing.T, env map[string]string) {
 func TestMetricsRoomLabelOff(t *testing.T) {
 	t.Parallel()
 	hook := newScriptedHook(t)
-	c := client{t: t, base: startService(t, map[string]string{"METRICS_ROOM_LABEL": "false", "AUTH_DISABLED": "true"})}
-	setupPushRoom(c, "room-a", "", hook.URL())
-	pushPublish(c, "room-a", `{"eventType":"tick","payload":{}}`)
-	m := scrape(t, c.base)
-	if got := sum(m, "messaging_published_events_total", "room", "_all"); got != 1 {
+	c := apptest.StartService(t, map[string]string{"METRICS_ROOM_LABEL": "false", "AUTH_DISABLED": "true"})
+	c.SetupPushRoom("room-a", "", hook.URL())
+	c.Publish("room-a", `{"eventType":"tick","payload":{}}`)
+	m := apptest.Scrape(t, c.Base)
+	if got := apptest.Sum(m, "messaging_published_events_total", "room", "_all"); got != 1 {
 		t.Errorf("published under _all: %v, want 1", got)
 	}
-	if got := sum(m, "messaging_published_events_total", "room", "room-a"); got != 0 {
+	if got := apptest.Sum(m, "messaging_published_events_total", "room", "room-a"); got != 0 {
 		t.Errorf("published under room-a: %v, want 0", got)
 	}
 }
@@ -216,14 +215,14 @@ func TestTracePropagation(t *testing.T) {
 
 func testTracePropagation(t *testing.T, env map[string]string) {
 	hook := newScriptedHook(t)
-	c := client{t: t, base: startService(t, env)}
+	c := apptest.StartService(t, env)
 	const room = "traced"
-	setupPushRoom(c, room, `"deliveryDelay":50,"deliveryDelayMultiplier":1,"deliveryAttempts":3`, hook.URL())
+	c.SetupPushRoom(room, `"deliveryDelay":50,"deliveryDelayMultiplier":1,"deliveryAttempts":3`, hook.URL())
 	var ps struct {
 		ID string `json:"id"`
 	}
-	c.callJSON("POST", "/v1/rooms/"+room+"/subscriptions", `{"type":"PULL","eventTypes":[{"eventType":"tick"}]}`, 201, &ps)
-	pullSub := plSub{c: c, room: room, id: ps.ID}
+	c.CallJSON("POST", "/v1/rooms/"+room+"/subscriptions", `{"type":"PULL","eventTypes":[{"eventType":"tick"}]}`, 201, &ps)
+	pullSub := apptest.PullSub{C: c, Room: room, ID: ps.ID}
 
 	const (
 		traceID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -232,7 +231,7 @@ func testTracePropagation(t *testing.T, env map[string]string) {
 	)
 	publishWith := func(headers map[string]string) (string, string) {
 		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, c.base+"/v1/rooms/"+room+"/messages",
+		req, _ := http.NewRequest(http.MethodPost, c.Base+"/v1/rooms/"+room+"/messages",
 			strings.NewReader(`{"eventType":"tick","payload":{"script":"fail,ok"}}`))
 		req.Header.Set("Content-Type", "application/json")
 		for k, v := range headers {
@@ -262,8 +261,8 @@ func testTracePropagation(t *testing.T, env map[string]string) {
 		if tp != parent {
 			t.Errorf("publish answered traceparent %q, want %q", tp, parent)
 		}
-		pushEventually(t, 10*time.Second, "two attempts", func() bool { return len(hook.withID(id)) >= 2 })
-		reqs := hook.withID(id)
+		apitest.EventuallyWithin(t, 10*time.Second, "two attempts", func() bool { return len(hook.WithID(id)) >= 2 })
+		reqs := hook.WithID(id)
 		spans := map[string]bool{}
 		for i, r := range reqs {
 			got, ok := message.ParseTraceparent(r.Header.Get("traceparent"))
@@ -289,7 +288,7 @@ func testTracePropagation(t *testing.T, env map[string]string) {
 				Tracestate  string `json:"tracestate"`
 			} `json:"messages"`
 		}
-		c.callJSON("POST", pullSub.path()+"/pull", `{"maxMessages":1,"waitMs":5000}`, 200, &out)
+		c.CallJSON("POST", pullSub.Path()+"/pull", `{"maxMessages":1,"waitMs":5000}`, 200, &out)
 		if len(out.Messages) != 1 || out.Messages[0].EventID != id || out.Messages[0].Traceparent != parent || out.Messages[0].Tracestate != state {
 			t.Errorf("pulled %+v, want event %s with traceparent %s and tracestate %s", out.Messages, id, parent, state)
 		}
@@ -297,7 +296,7 @@ func testTracePropagation(t *testing.T, env map[string]string) {
 			Traceparent string `json:"traceparent"`
 			Tracestate  string `json:"tracestate"`
 		}
-		c.callJSON("GET", "/v1/rooms/"+room+"/messages/"+id, "", 200, &logged)
+		c.CallJSON("GET", "/v1/rooms/"+room+"/messages/"+id, "", 200, &logged)
 		if logged.Traceparent != parent || logged.Tracestate != state {
 			t.Errorf("message log: %+v, want the publish's trace context", logged)
 		}
@@ -309,8 +308,8 @@ func testTracePropagation(t *testing.T, env map[string]string) {
 		if !ok || got[3:35] == traceID {
 			t.Fatalf("publish answered traceparent %q, want a new valid trace", tp)
 		}
-		pushEventually(t, 10*time.Second, "an attempt", func() bool { return len(hook.withID(id)) >= 1 })
-		r := hook.withID(id)[0]
+		apitest.EventuallyWithin(t, 10*time.Second, "an attempt", func() bool { return len(hook.WithID(id)) >= 1 })
+		r := hook.WithID(id)[0]
 		if h := r.Header.Get("traceparent"); h[3:35] != tp[3:35] {
 			t.Errorf("push traceparent %q, not in the new trace %q", h, tp)
 		}
@@ -319,5 +318,3 @@ func testTracePropagation(t *testing.T, env map[string]string) {
 		}
 	})
 }
-
-func (s sample) String() string { return fmt.Sprintf("%s%v %v", s.name, s.labels, s.value) }
