@@ -87,7 +87,7 @@ func testMetricsAddUp(t *testing.T, env map[string]string) {
 		ID string `json:"id"`
 	}
 	c.CallJSON("POST", "/v1/rooms/"+room+"/subscriptions", `{"type":"PULL","eventTypes":[{"eventType":"pulled"}]}`, 201, &ps)
-	pullSub := apptest.PullSub{C: c, Room: room, ID: ps.ID}
+	pullSub := apptest.PullSub{Sub: apptest.Sub{C: c, Room: room, ID: ps.ID}}
 
 	scripts := []string{
 		"fail",     // 3 attempts, then dead-lettered: 2 retries
@@ -222,7 +222,7 @@ func testTracePropagation(t *testing.T, env map[string]string) {
 		ID string `json:"id"`
 	}
 	c.CallJSON("POST", "/v1/rooms/"+room+"/subscriptions", `{"type":"PULL","eventTypes":[{"eventType":"tick"}]}`, 201, &ps)
-	pullSub := apptest.PullSub{C: c, Room: room, ID: ps.ID}
+	pullSub := apptest.PullSub{Sub: apptest.Sub{C: c, Room: room, ID: ps.ID}}
 
 	const (
 		traceID = "4bf92f3577b34da6a3ce929d0e0e4736"

@@ -329,7 +329,7 @@ func TestExpiredDuringBrokerOutageDeadLetters(t *testing.T) {
 	}
 
 	// A pull returns none of them and dead-letters each.
-	pulledSub := apptest.PullSub{C: c, Room: room, ID: pulled.ID}
+	pulledSub := apptest.PullSub{Sub: apptest.Sub{C: c, Room: room, ID: pulled.ID}}
 	var pdls []push.DeadLetterResponse
 	apitest.EventuallyWithin(t, 30*time.Second, fmt.Sprintf("%d pull dead letters", n), func() bool {
 		pulledSub.PullNone(200)

@@ -4,13 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 	"time"
 
-	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/pull"
-	"github.com/roomhub/messaging-api/push"
 )
 
 // The helpers of this file drive PULL subscriptions through a service a test
@@ -24,15 +21,8 @@ func UniqueRoom(prefix string) string {
 	return fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano())
 }
 
-// PullSub is a PULL subscription a test created, used through C.
-type PullSub struct {
-	C    Client
-	Room string // the room's identifier
-	ID   string
-}
-
-// Path is the subscription's URL path.
-func (s PullSub) Path() string { return "/v1/rooms/" + s.Room + "/subscriptions/" + s.ID }
+// PullSub is a PULL subscription a test created.
+type PullSub struct{ Sub }
 
 // SetupPull creates room with roomFields (JSON members such as
 // `"deliveryDelay":200`), event type "tick" with version 1, which takes any
@@ -60,7 +50,7 @@ func (c Client) AddPullSub(room, subFields string) PullSub {
 		ID string `json:"id"`
 	}
 	c.CallJSON("POST", "/v1/rooms/"+room+"/subscriptions", `{"type":"PULL","eventTypes":[{"eventType":"tick"}]`+subFields+`}`, http.StatusCreated, &sub)
-	return PullSub{C: c, Room: room, ID: sub.ID}
+	return PullSub{Sub{C: c, Room: room, ID: sub.ID}}
 }
 
 // Tick is the answer to a publish of PublishTick, with the payload sent.
@@ -131,27 +121,3 @@ func (s PullSub) Settle(op string, ids ...string) []pull.Result {
 
 // Ack acks ids and returns the result of each.
 func (s PullSub) Ack(ids ...string) []pull.Result { return s.Settle("ack", ids...) }
-
-// Deliveries is the subscription's delivery log of event (of every event
-// when ""), oldest first, up to the API's page of 500.
-func (s PullSub) Deliveries(event string) []push.DeliveryResponse {
-	s.C.T.Helper()
-	var list api.List[push.DeliveryResponse]
-	s.C.CallJSON("GET", s.Path()+"/deliveries?limit=500", "", http.StatusOK, &list)
-	var out []push.DeliveryResponse
-	for _, d := range list.Items {
-		if event == "" || d.EventID == event {
-			out = append(out, d)
-		}
-	}
-	slices.Reverse(out) // the API lists newest first
-	return out
-}
-
-// DeadLetters lists the subscription's dead letters, oldest first.
-func (s PullSub) DeadLetters() []push.DeadLetterResponse {
-	s.C.T.Helper()
-	var list api.List[push.DeadLetterResponse]
-	s.C.CallJSON("GET", s.Path()+"/dead-letters", "", http.StatusOK, &list)
-	return list.Items
-}

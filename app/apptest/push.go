@@ -111,16 +111,21 @@ func (h *Hook) WithID(id string) []PushRequest {
 	return out
 }
 
-// PushSub is a PUSH subscription a test created through C.
-type PushSub struct {
-	C      Client
-	Room   string
-	ID     string
-	Secret string
+// Sub is a subscription a test created, used through C.
+type Sub struct {
+	C    Client
+	Room string // the room's identifier
+	ID   string
 }
 
 // Path is the subscription's URL path.
-func (s PushSub) Path() string { return "/v1/rooms/" + s.Room + "/subscriptions/" + s.ID }
+func (s Sub) Path() string { return "/v1/rooms/" + s.Room + "/subscriptions/" + s.ID }
+
+// PushSub is a PUSH subscription a test created.
+type PushSub struct {
+	Sub
+	Secret string
+}
 
 // SetupPushRoom creates room with the delivery settings in fields (JSON
 // members, e.g. `"deliveryDelay":100`), an event type "tick" with one
@@ -156,7 +161,7 @@ func (c Client) CreatePushSub(room, eventType, url string) PushSub {
 	if !strings.HasPrefix(sub.SigningSecret, "whsec_") {
 		c.T.Fatalf("signingSecret %q is not a Standard Webhooks secret", sub.SigningSecret)
 	}
-	return PushSub{C: c, Room: room, ID: sub.ID, Secret: sub.SigningSecret}
+	return PushSub{Sub: Sub{C: c, Room: room, ID: sub.ID}, Secret: sub.SigningSecret}
 }
 
 // Publish publishes one message (body: the publish request) to room.
@@ -169,7 +174,7 @@ func (c Client) Publish(room, body string) publish.PublishResponse {
 
 // Deliveries is the subscription's delivery log of event (of every event
 // when empty), oldest first.
-func (s PushSub) Deliveries(event string) []push.DeliveryResponse {
+func (s Sub) Deliveries(event string) []push.DeliveryResponse {
 	s.C.T.Helper()
 	var list api.List[push.DeliveryResponse]
 	s.C.CallJSON("GET", s.Path()+"/deliveries?limit=500", "", http.StatusOK, &list)
@@ -184,7 +189,7 @@ func (s PushSub) Deliveries(event string) []push.DeliveryResponse {
 }
 
 // DeadLetters is the subscription's dead letters, oldest first.
-func (s PushSub) DeadLetters() []push.DeadLetterResponse {
+func (s Sub) DeadLetters() []push.DeadLetterResponse {
 	s.C.T.Helper()
 	var list api.List[push.DeadLetterResponse]
 	s.C.CallJSON("GET", s.Path()+"/dead-letters", "", http.StatusOK, &list)
@@ -193,7 +198,7 @@ func (s PushSub) DeadLetters() []push.DeadLetterResponse {
 
 // WaitDeadLetters waits until the subscription has n dead letters, and fails
 // if it has more.
-func (s PushSub) WaitDeadLetters(n int, within time.Duration) []push.DeadLetterResponse {
+func (s Sub) WaitDeadLetters(n int, within time.Duration) []push.DeadLetterResponse {
 	s.C.T.Helper()
 	var dls []push.DeadLetterResponse
 	apitest.EventuallyWithin(s.C.T, within, fmt.Sprintf("%d dead letters", n), func() bool {
@@ -210,7 +215,7 @@ func (s PushSub) WaitDeadLetters(n int, within time.Duration) []push.DeadLetterR
 // statuses, oldest first, and returns it. A log that ends in a final status
 // (delivered, dead_lettered, dropped, expired) shows that no further attempt
 // is coming: the dispatcher logs a retry's row before it sends the retry.
-func (s PushSub) WaitStatuses(event string, within time.Duration, want ...string) []push.DeliveryResponse {
+func (s Sub) WaitStatuses(event string, within time.Duration, want ...string) []push.DeliveryResponse {
 	s.C.T.Helper()
 	var ds []push.DeliveryResponse
 	var got []string
@@ -243,7 +248,7 @@ func Backends(t *testing.T, f func(t *testing.T, env map[string]string)) {
 	if os.Getenv("BROKER_TEST_URL") == "" || testing.Short() {
 		return
 	}
-	t.Run("activemq", func(t *testing.T) {
+	t.Run("broker", func(t *testing.T) {
 		t.Parallel()
 		f(t, map[string]string{
 			"OUTBOX_POLL_INTERVAL": "100ms", "BROKER_URL": RealBroker(t),
@@ -251,7 +256,3 @@ func Backends(t *testing.T, f func(t *testing.T, env map[string]string)) {
 		})
 	})
 }
-
-// Pid is the process id of the running service binary: tests that run two
-// tell their requests apart by it.
-func (p *Process) Pid() int { return p.cmd.Process.Pid }

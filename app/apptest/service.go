@@ -274,3 +274,7 @@ func get(url string) (*http.Response, error) {
 	}
 	return http.DefaultClient.Do(req)
 }
+
+// Pid is the process id of the running service binary: tests that run two
+// tell their requests apart by it.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
