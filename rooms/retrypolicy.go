@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math"
 	"strings"
 
 	"github.com/roomhub/messaging-api/api"
@@ -144,7 +143,7 @@ func (p RetryPolicy) Validate(prefix string, onRoom bool, probs *api.Problems) {
 	default:
 		probs.Add(prefix+".retryBackoffFunction", "must be linear, arithmetic, geometric or exponential")
 	}
-	if p.Jitter != nil && (math.IsNaN(*p.Jitter) || *p.Jitter < 0 || *p.Jitter > 1) {
+	if p.Jitter != nil && !ValidJitter(*p.Jitter) {
 		probs.Add(prefix+".jitter", "must be from 0 to 1")
 	}
 	if p.IgnoreSubscriptionOverride != nil && !onRoom {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/url"
 	"slices"
 	"strings"
@@ -96,6 +95,15 @@ type Patch struct {
 	Owner                   api.Nullable[string]
 }
 
+// delivery is the part of p that overrides the room's delivery settings.
+func (p Patch) delivery() rooms.DeliveryPatch {
+	return rooms.DeliveryPatch{
+		DeliveryDelay: p.DeliveryDelay, DeliveryDelayMultiplier: p.DeliveryDelayMultiplier,
+		DeliveryAttempts: p.DeliveryAttempts, MaxDeliveryDelay: p.MaxDeliveryDelay,
+		DeliveryJitter: p.DeliveryJitter, RetryPolicy: p.RetryPolicy,
+	}
+}
+
 // apply validates p against room and writes it onto s.
 func (svc *Service) apply(ctx context.Context, room rooms.Room, s *Subscription, p Patch, creating bool) error {
 	var probs api.Problems
@@ -150,42 +158,24 @@ func (svc *Service) apply(ctx context.Context, room rooms.Room, s *Subscription,
 		}
 	}
 
+	p.delivery().Validate(rooms.OnSubscription, &probs)
 	if p.DeliveryDelay.Set {
 		s.DeliveryDelay = p.DeliveryDelay.Ptr()
-		if v := s.DeliveryDelay; v != nil && (*v < 1 || *v > rooms.MaxDeliveryDelay) {
-			probs.Add("deliveryDelay", fmt.Sprintf("must be null (the room's) or from 1 to %d ms", rooms.MaxDeliveryDelay))
-		}
 	}
 	if p.DeliveryDelayMultiplier.Set {
 		s.DeliveryDelayMultiplier = p.DeliveryDelayMultiplier.Ptr()
-		if v := s.DeliveryDelayMultiplier; v != nil && (math.IsNaN(*v) || *v < 1 || *v > rooms.MaxDeliveryDelayMultiplier) {
-			probs.Add("deliveryDelayMultiplier", fmt.Sprintf("must be null (the room's) or from 1.0 to %g", rooms.MaxDeliveryDelayMultiplier))
-		}
 	}
 	if p.DeliveryAttempts.Set {
 		s.DeliveryAttempts = p.DeliveryAttempts.Ptr()
-		if v := s.DeliveryAttempts; v != nil && (*v < 0 || *v > rooms.MaxDeliveryAttempts) {
-			probs.Add("deliveryAttempts", fmt.Sprintf("must be null (the room's) or from 0 to %d", rooms.MaxDeliveryAttempts))
-		}
 	}
-
 	if p.MaxDeliveryDelay.Set {
 		s.MaxDeliveryDelay = p.MaxDeliveryDelay.Ptr()
-		if v := s.MaxDeliveryDelay; v != nil && (*v < 1 || *v > rooms.MaxDeliveryDelay) {
-			probs.Add("maxDeliveryDelay", fmt.Sprintf("must be null (the room's) or from 1 to %d ms", rooms.MaxDeliveryDelay))
-		}
 	}
 	if p.DeliveryJitter.Set {
 		s.DeliveryJitter = p.DeliveryJitter.Ptr()
-		if v := s.DeliveryJitter; v != nil && (math.IsNaN(*v) || *v < 0 || *v > 1) {
-			probs.Add("deliveryJitter", "must be null (the room's) or from 0 to 1")
-		}
 	}
 	if p.RetryPolicy.Set {
 		s.RetryPolicy = p.RetryPolicy.Ptr()
-		if s.RetryPolicy != nil {
-			s.RetryPolicy.Validate("retryPolicy", false, &probs)
-		}
 	}
 	if p.AckDeadline.Set {
 		switch v := p.AckDeadline.Ptr(); {
