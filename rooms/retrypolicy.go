@@ -27,11 +27,12 @@ const (
 	DefaultMaximumDelayRetries = 3
 )
 
-// Limits that keep a policy's schedule finite and its numbers sane.
+// Limits that keep a policy's schedule finite and its numbers sane; a
+// policy's delays and attempts have the bounds of the room's own settings.
 const (
 	MaxPhaseRetries  = 1000
 	MaxPolicyDelay   = MaxDeliveryDelay
-	MaxTotalAttempts = 1000
+	MaxTotalAttempts = MaxDeliveryAttempts
 )
 
 // RetryPolicy is the four-phase retry policy a room or subscription may
