@@ -114,8 +114,8 @@ func (p RoomPatch) apply(r *Room, creating bool) error {
 		switch {
 		case strings.TrimSpace(v) == "":
 			probs.Add("managerIdentifier", "must not be blank")
-		case len(v) > maxIdentifierLength:
-			probs.Add("managerIdentifier", fmt.Sprintf("must be at most %d characters", maxIdentifierLength))
+		case len(v) > api.MaxSubjectLength:
+			probs.Add("managerIdentifier", fmt.Sprintf("must be at most %d characters", api.MaxSubjectLength))
 		}
 		r.ManagerIdentifier = v
 	}

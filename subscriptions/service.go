@@ -503,8 +503,8 @@ func applyOwner(ctx context.Context, s *Subscription, owner api.Nullable[string]
 	v := ""
 	if !owner.Null {
 		v = strings.TrimSpace(owner.Value)
-		if v == "" || len(v) > 200 {
-			return api.Invalid("owner", "must be 1 to 200 characters, or null for no owner")
+		if v == "" || len(v) > api.MaxSubjectLength {
+			return api.Invalid("owner", fmt.Sprintf("must be 1 to %d characters, or null for no owner", api.MaxSubjectLength))
 		}
 	}
 	if c := api.CallerFrom(ctx); c != nil && c.Role == api.RoleSubscriber && v != c.Subject {
