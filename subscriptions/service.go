@@ -111,7 +111,7 @@ func (svc *Service) apply(ctx context.Context, room rooms.Room, s *Subscription,
 	case creating && (!p.Type.Set || p.Type.Null):
 		probs.Add("type", "is required: PUSH or PULL")
 	case creating:
-		if p.Type.Value != TypePush && p.Type.Value != TypePull {
+		if !p.Type.Value.valid() {
 			probs.Add("type", "must be PUSH or PULL")
 		}
 		s.Type = p.Type.Value
@@ -191,7 +191,7 @@ func (svc *Service) apply(ctx context.Context, room rooms.Room, s *Subscription,
 		switch {
 		case p.Status.Null:
 			probs.Add("status", "must not be null")
-		case p.Status.Value != StatusActive && p.Status.Value != StatusPaused && p.Status.Value != StatusTerminated:
+		case !p.Status.Value.valid():
 			probs.Add("status", "must be ACTIVE, PAUSED or TERMINATED")
 		case creating && p.Status.Value == StatusTerminated:
 			probs.Add("status", "must be ACTIVE or PAUSED at creation")
