@@ -222,7 +222,7 @@ func TestArtemisFrames(t *testing.T) {
 					t.Fatalf("Send: %v", err)
 				}
 				// The first send to a destination is preceded by a createQueue
-				// on the management address (see ensureOnce).
+				// on the management address (see artemis.beforeSend).
 				r, _ := fs.waitFrame(from, 5*time.Second, func(r recorded) bool {
 					return r.frame.Command == frame.SEND && r.frame.Header.Get("destination") != "activemq.management"
 				})

@@ -32,7 +32,7 @@ func artemisTestURL(t *testing.T) string {
 		t.Skip("BROKER_TEST_URL is not set")
 	}
 	cfg, err := parseStompURL(raw)
-	if err != nil || cfg.dialect != dialectArtemis || isEmbeddedURL(raw) {
+	if err != nil || cfg.dialect != "artemis" || isEmbeddedURL(raw) {
 		t.Skip("Artemis only; BROKER_TEST_URL is another broker")
 	}
 	return raw
@@ -54,11 +54,14 @@ func openArtemis(t *testing.T, raw string) *stompBroker {
 	return b
 }
 
+// artemisOf is the Artemis dialect of b.
+func artemisOf(b *stompBroker) *artemis { return b.dialect.(*artemis) }
+
 func manage(t *testing.T, b *stompBroker, op string, params ...any) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	r, err := b.artemisManage(ctx, op, params...)
+	r, err := artemisOf(b).manage(ctx, op, params...)
 	if err != nil {
 		t.Fatalf("%s: %v", op, err)
 	}
@@ -73,7 +76,7 @@ func withAddressSettings(t *testing.T, b *stompBroker, match string, settings ma
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if _, err := b.artemisManage(ctx, "removeAddressSettings", match); err != nil {
+		if _, err := artemisOf(b).manage(ctx, "removeAddressSettings", match); err != nil {
 			t.Errorf("removeAddressSettings %s: %v", match, err)
 		}
 	})
@@ -96,7 +99,7 @@ func TestArtemisManagementLeavesNoQueues(t *testing.T) {
 	b, lister := openArtemis(t, raw), openArtemis(t, raw)
 	var mu sync.Mutex
 	var made []string
-	b.replyQueueMade = func(name string) {
+	artemisOf(b).replyQueueMade = func(name string) {
 		mu.Lock()
 		defer mu.Unlock()
 		made = append(made, name)
@@ -220,7 +223,7 @@ func TestArtemisPrepareWithoutAutoCreate(t *testing.T) {
 	}
 
 	raw1 := openArtemis(t, raw)
-	raw1.ensureBeforeSend.Store(false)
+	artemisOf(raw1).ensureBeforeSend.Store(false)
 	if sendAndReceive(t, raw1) {
 		t.Fatal("Artemis kept a message sent to a missing queue with auto-create-queues off: the setting did not take effect")
 	}
@@ -241,7 +244,7 @@ func TestArtemisPrepareWithoutAutoCreate(t *testing.T) {
 	if _, err := prepared.Prepare(ctx, []string{"room-" + uuid.NewString()}); err != nil {
 		t.Fatal(err)
 	}
-	if prepared.ensureBeforeSend.Load() {
+	if artemisOf(prepared).ensureBeforeSend.Load() {
 		t.Error("Prepare on addresses that auto-create queues left ensureBeforeSend on")
 	}
 }
@@ -256,7 +259,7 @@ func TestArtemisLoginWithEscapes(t *testing.T) {
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		_, _ = admin.artemisManage(ctx, "removeUser", user)
+		_, _ = artemisOf(admin).manage(ctx, "removeUser", user)
 	})
 	u, err := url.Parse(raw)
 	if err != nil {

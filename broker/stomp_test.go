@@ -206,16 +206,16 @@ func TestStompRefusal(t *testing.T) {
 // broker says so in the ERROR frame's message header or only in its body
 // (as Artemis does, under a generic header).
 func TestStompRefusalAddressFull(t *testing.T) {
-	for _, tc := range []struct{ header, body string }{
+	for _, tc := range []struct{ dialect, header, body string }{
 		// Artemis, address-full-policy FAIL: the cause is in the body.
-		{"AMQ339011: Error sending message CoreMessage[messageID=0]", `ActiveMQAddressFullException[errorType=ADDRESS_FULL message=AMQ229102: Address "room-1" is full. Message encode size = 321B]`},
+		{"artemis", "AMQ339011: Error sending message CoreMessage[messageID=0]", `ActiveMQAddressFullException[errorType=ADDRESS_FULL message=AMQ229102: Address "room-1" is full. Message encode size = 321B]`},
 		// ActiveMQ Classic, sendFailIfNoSpace.
-		{"Usage Manager Memory Limit reached. Stopping producer (ID:x) to prevent flooding queue://q. See http://activemq.apache.org/producer-flow-control.html for more info",
+		{"activemq", "Usage Manager Memory Limit reached. Stopping producer (ID:x) to prevent flooding queue://q. See http://activemq.apache.org/producer-flow-control.html for more info",
 			"javax.jms.ResourceAllocationException: Usage Manager Memory Limit reached.\n\tat org.apache.activemq.broker.region.Queue.send(Queue.java:731)"},
 	} {
 		fs := newFakeStomp(t)
-		refuseSends(fs, tc.header, tc.body, notManagement)
-		b := openFake(t, fs, "dialect=artemis")
+		refuseSends(fs, tc.header, tc.body, func(dest string) bool { return dest != "activemq.management" })
+		b := openFake(t, fs, "dialect="+tc.dialect)
 		err := b.Send(testCtx(t), broker.Message{Destination: broker.Destination{Address: "a", Queue: "q"}, Body: []byte("x"), Attempt: 1})
 		if !errors.Is(err, broker.ErrRefused) || !errors.Is(err, broker.ErrFull) {
 			t.Errorf("refused with %q: %v, want it to match broker.ErrRefused and broker.ErrFull", tc.header, err)
