@@ -20,6 +20,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/store"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
@@ -77,8 +78,11 @@ func (f *fakeQueues) Connected() bool {
 // idleRelay stands in for the outbox relay where a test sends nothing.
 type idleRelay struct{}
 
-func (idleRelay) Notify()        {}
-func (idleRelay) Healthy() error { return nil }
+func (idleRelay) Notify()                                {}
+func (idleRelay) Healthy() error                         { return nil }
+func (idleRelay) Reserve(int) (outbox.Lease, bool)       { return outbox.Lease{}, false }
+func (idleRelay) Unreserve(int)                          {}
+func (idleRelay) HandOff(outbox.Lease, []outbox.Pending) {}
 
 // testAPI is a running server over a fresh database whose every response is
 // checked against openapi.yaml.

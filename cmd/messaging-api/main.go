@@ -22,7 +22,7 @@ import (
 	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/metrics"
-	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/store"
@@ -106,13 +106,13 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}
 	defer b.Close()
 
-	relayCfg := publish.DefaultRelayConfig
+	relayCfg := outbox.DefaultConfig
 	relayCfg.Poll = cfg.Outbox.Poll
 	relayCfg.HandOff = cfg.Outbox.HandOff
 	relayCfg.MaxRefusals = cfg.Outbox.MaxRefusals
 	m := metrics.New(metrics.Options{RoomLabel: cfg.Metrics.RoomLabel})
-	relay := publish.NewRelay(db.Events(), b, relayCfg, clock, logger).Observe(m)
-	purger := publish.NewPurger(db.Events(), cfg.Outbox.Retention, cfg.Outbox.PurgeInterval, clock, logger)
+	relay := outbox.NewRelay(relayCfg, outbox.Deps{Store: db.Events(), Broker: b, Vacuum: db.Events(), Now: clock, Logger: logger, Observer: m})
+	purger := outbox.NewPurger(db.Events(), cfg.Outbox.Retention, cfg.Outbox.PurgeInterval, clock, logger)
 
 	// A broker whose settings break the delivery contract stops the process
 	// (with that error) once it is reachable; the API serves meanwhile.

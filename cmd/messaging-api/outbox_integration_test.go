@@ -17,7 +17,7 @@ import (
 
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/message"
-	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
 
@@ -354,7 +354,7 @@ func TestExpiredDuringBrokerOutageDeadLetters(t *testing.T) {
 	// The relay's first sends wait out their timeout (10 s, retrying the
 	// connection), then the rows are released and claimed again, expired:
 	// the path a long outage takes.
-	time.Sleep(time.Until(last.PublishedAt.Add(publish.DefaultRelayConfig.SendTimeout + time.Second)))
+	time.Sleep(time.Until(last.PublishedAt.Add(outbox.DefaultConfig.SendTimeout + time.Second)))
 	proxy.up()
 
 	dls := pushed.waitDeadLetters(n, 60*time.Second)

@@ -18,7 +18,7 @@ import (
 
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/message"
-	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/pull"
 	"github.com/roomhub/messaging-api/store"
 	"github.com/roomhub/messaging-api/store/storetest"
@@ -903,9 +903,9 @@ func patLiveAPI(t *testing.T, d store.Dialect) *testAPI {
 	logger := slog.New(slog.DiscardHandler)
 	b := broker.NewEmbedded(logger)
 	t.Cleanup(func() { _ = b.Close() })
-	cfg := publish.DefaultRelayConfig
+	cfg := outbox.DefaultConfig
 	cfg.Poll = 50 * time.Millisecond
-	relay := publish.NewRelay(db.Events(), b, cfg, clock, logger)
+	relay := outbox.NewRelay(cfg, outbox.Deps{Store: db.Events(), Broker: b, Vacuum: db.Events(), Now: clock, Logger: logger})
 	e, pullSvc := newServerWithPull(testConfig(), logger, db, b, relay, true)
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

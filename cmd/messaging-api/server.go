@@ -34,7 +34,7 @@ type brokerConn interface {
 
 // relayState is what the HTTP server needs of the outbox relay.
 type relayState interface {
-	publish.Notifier
+	publish.HandOff
 	Healthy() error
 }
 
@@ -108,11 +108,13 @@ func newServerWithMetrics(cfg Config, logger *slog.Logger, db *store.DB, b broke
 	keys.Routes(v1)
 	rooms.Routes(v1, roomSvc)
 	subscriptions.Routes(v1, subSvc)
-	pubSvc := publish.NewService(catalog, catalog, db.Events(), relay, cfg.PushQueue, clock)
-	pubSvc.Observe(m)
-	pubSvc.SetLimits(publish.Limits{
-		MaxPayload: cfg.Limits.MaxPayload,
-		Take:       auth.NewRateLimiter(cfg.Limits.PublishRate, cfg.Limits.PublishBurst, time.Now).Take,
+	pubSvc := publish.NewService(publish.Deps{
+		Catalog: catalog, Subscribers: catalog, Store: db.Events(), Batches: db.Events(), Relay: relay,
+		PushQueue: cfg.PushQueue, Now: clock, Observer: m,
+		Limits: publish.Limits{
+			MaxPayload: cfg.Limits.MaxPayload,
+			Take:       auth.NewRateLimiter(cfg.Limits.PublishRate, cfg.Limits.PublishBurst, time.Now).Take,
+		},
 	})
 	publish.Routes(v1, pubSvc)
 	push.NewDeadLetters(db.Push(), subSvc, relay, cfg.PushQueue, clock).Observe(m).Routes(v1)
