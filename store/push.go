@@ -13,6 +13,7 @@ import (
 
 	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/message"
+	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/pull"
 	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/rooms"
@@ -24,6 +25,8 @@ type Push struct{ db *DB }
 
 var (
 	_ push.Log             = (*Push)(nil)
+	_ push.BatchLog        = (*Push)(nil)
+	_ outbox.ParkedStore   = (*Push)(nil)
 	_ push.Directory       = (*Push)(nil)
 	_ pull.Directory       = (*Push)(nil)
 	_ push.DeadLetterStore = (*Push)(nil)
@@ -217,8 +220,6 @@ func settleStatement(ss []delivery.Settlement) (string, []any) {
 // (Events.recordAndRemove), so two such transactions cannot deadlock.
 func bySendID(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) }
 
-var _ push.BatchLog = (*Push)(nil)
-
 // attemptUpdates is what recording attempt a sets on its log row.
 func attemptUpdates(a delivery.Attempt) map[string]any {
 	upd := map[string]any{
@@ -265,12 +266,12 @@ func (s *Push) Release(ctx context.Context, ids []uuid.UUID) error {
 	return s.db.Events().Release(ctx, ids)
 }
 
-// ReleaseParked implements push.Log: the subscription's parked copies
+// ReleaseParked implements outbox.ParkedStore: the subscription's parked copies
 // become claimable at once, and each one's scheduled delay becomes what it
 // has waited, so that the relay sends it with no delay left (message.Encode
 // counts the delay from the copy's creation) and the log shows when it was
 // due. A copy a relay has claimed since is no longer held by
-// push.ParkedOwner and is left alone (the UPDATE rechecks the holder under
+// outbox.ParkedOwner and is left alone (the UPDATE rechecks the holder under
 // the row's lock; on PostgreSQL the released rows stay locked, out of the
 // claims' reach, until their delays are written), so nothing is sent twice.
 // Rare (once per recovery of a slow subscription): one UPDATE per copy.
@@ -280,7 +281,7 @@ func (s *Push) ReleaseParked(ctx context.Context, subscription uuid.UUID, at tim
 		return s.tx(ctx).Transaction(func(tx *gorm.DB) error {
 			var ids []uuid.UUID
 			if err := tx.Raw("UPDATE outbox SET claimed_by = '', claimed_until = NULL WHERE claimed_by = ? RETURNING send_id",
-				push.ParkedOwner(subscription)).Scan(&ids).Error; err != nil {
+				outbox.ParkedOwner(subscription)).Scan(&ids).Error; err != nil {
 				return err
 			}
 			n = len(ids)

@@ -145,8 +145,11 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	if cmd == "serve" || cmd == "dispatcher" {
 		// The dispatcher stops with ctx: it finishes in-flight deliveries
 		// while the HTTP server drains.
-		d := push.New(cfg.Push, b, db.Push(), db.Push(), push.NewHTTPClient(cfg.Push.Timeout, cfg.PushTarget), clock, logger).
-			Observe(m).WatchDatabase(db.Ping, time.Second).OnParkedReleased(relay.Notify)
+		d := push.New(cfg.Push, push.Deps{
+			Broker: b, Directory: db.Push(), Log: db.Push(), Batches: db.Push(),
+			Client: push.NewHTTPClient(cfg.Push.Timeout, cfg.PushTarget), Now: clock, Logger: logger,
+			Observer: m, Ping: db.Ping, PingEvery: time.Second, OnParkedReleased: relay.Notify,
+		})
 		wg.Go(func() {
 			if !waitClosed(ctx, prepared) {
 				return
