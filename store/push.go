@@ -24,12 +24,12 @@ import (
 type Push struct{ db *DB }
 
 var (
-	_ push.Log             = (*Push)(nil)
-	_ push.BatchLog        = (*Push)(nil)
-	_ outbox.ParkedStore   = (*Push)(nil)
-	_ push.Directory       = (*Push)(nil)
-	_ pull.Directory       = (*Push)(nil)
-	_ push.DeadLetterStore = (*Push)(nil)
+	_ push.Log           = (*Push)(nil)
+	_ push.BatchLog      = (*Push)(nil)
+	_ outbox.ParkedStore = (*Push)(nil)
+	_ push.Directory     = (*Push)(nil)
+	_ pull.Directory     = (*Push)(nil)
+	_ delivery.Store     = (*Push)(nil)
 )
 
 // Push returns the push store.
@@ -307,7 +307,7 @@ func (s *Push) ReleaseParked(ctx context.Context, subscription uuid.UUID, at tim
 	return n, translate(err, nil, nil)
 }
 
-// DeadLetters implements push.DeadLetterStore.
+// DeadLetters implements delivery.Store.
 func (s *Push) DeadLetters(ctx context.Context, subscriptionID uuid.UUID, limit int, after uuid.UUID) ([]delivery.DeadLetter, error) {
 	tx := s.tx(ctx).Where("subscription_id = ?", subscriptionID).Order("id")
 	if after != uuid.Nil {
@@ -327,23 +327,23 @@ func (s *Push) DeadLetters(ctx context.Context, subscriptionID uuid.UUID, limit 
 	return out, nil
 }
 
-// DeadLetter implements push.DeadLetterStore.
+// DeadLetter implements delivery.Store.
 func (s *Push) DeadLetter(ctx context.Context, subscriptionID, id uuid.UUID) (delivery.DeadLetter, error) {
 	var r deadLetterRow
 	err := s.tx(ctx).Where("subscription_id = ? AND id = ?", subscriptionID, id).Take(&r).Error
-	return r.domain(), translate(err, push.ErrDeadLetterNotFound, nil)
+	return r.domain(), translate(err, delivery.ErrDeadLetterNotFound, nil)
 }
 
-// DeleteDeadLetter implements push.DeadLetterStore.
+// DeleteDeadLetter implements delivery.Store.
 func (s *Push) DeleteDeadLetter(ctx context.Context, subscriptionID, id uuid.UUID) error {
 	res := s.tx(ctx).Where("subscription_id = ? AND id = ?", subscriptionID, id).Delete(&deadLetterRow{})
 	if res.Error == nil && res.RowsAffected == 0 {
-		return push.ErrDeadLetterNotFound
+		return delivery.ErrDeadLetterNotFound
 	}
 	return translate(res.Error, nil, nil)
 }
 
-// Replay implements push.DeadLetterStore: the dead letters go and their new
+// Replay implements delivery.Store: the dead letters go and their new
 // events and sends come, all or nothing.
 func (s *Push) Replay(ctx context.Context, ids []uuid.UUID, events []message.Event, sends []message.Send) error {
 	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
@@ -352,7 +352,7 @@ func (s *Push) Replay(ctx context.Context, ids []uuid.UUID, events []message.Eve
 			return res.Error
 		}
 		if int(res.RowsAffected) != len(ids) {
-			return push.ErrDeadLetterNotFound // replayed concurrently: do nothing
+			return delivery.ErrDeadLetterNotFound // replayed concurrently: do nothing
 		}
 		evs := make([]eventRow, len(events))
 		for i, e := range events {
@@ -366,8 +366,8 @@ func (s *Push) Replay(ctx context.Context, ids []uuid.UUID, events []message.Eve
 	return translate(err, nil, nil)
 }
 
-// Deliveries implements push.DeadLetterStore: a subscription's sends, newest first.
-func (s *Push) Deliveries(ctx context.Context, subscriptionID uuid.UUID, limit int, before uuid.UUID) ([]push.Delivery, error) {
+// Deliveries implements delivery.Store: a subscription's sends, newest first.
+func (s *Push) Deliveries(ctx context.Context, subscriptionID uuid.UUID, limit int, before uuid.UUID) ([]delivery.Record, error) {
 	tx := s.tx(ctx).Where("subscription_id = ?", subscriptionID).Order("id DESC")
 	if before != uuid.Nil {
 		tx = tx.Where("id < ?", before)
@@ -376,9 +376,9 @@ func (s *Push) Deliveries(ctx context.Context, subscriptionID uuid.UUID, limit i
 	if err := tx.Limit(limit).Find(&rows).Error; err != nil {
 		return nil, translate(err, nil, nil)
 	}
-	out := make([]push.Delivery, len(rows))
+	out := make([]delivery.Record, len(rows))
 	for i, r := range rows {
-		out[i] = push.Delivery{Send: r.domain(), ResponseBody: r.ResponseBody, NextAttemptAt: timeVal(r.NextAttemptAt)}
+		out[i] = delivery.Record{Send: r.domain(), ResponseBody: r.ResponseBody, NextAttemptAt: timeVal(r.NextAttemptAt)}
 		if r.LatencyMs != nil {
 			out[i].Latency = time.Duration(*r.LatencyMs) * time.Millisecond
 		}

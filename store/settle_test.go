@@ -12,7 +12,6 @@ import (
 	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/outbox"
-	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
 
@@ -51,7 +50,7 @@ func TestSettleAllRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := map[uuid.UUID]push.Delivery{}
+			got := map[uuid.UUID]delivery.Record{}
 			for _, dl := range ds {
 				got[dl.ID] = dl
 			}

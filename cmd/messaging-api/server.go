@@ -15,10 +15,10 @@ import (
 
 	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/auth"
+	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/metrics"
 	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/pull"
-	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/retry"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/store"
@@ -117,7 +117,9 @@ func newServerWithMetrics(cfg Config, logger *slog.Logger, db *store.DB, b broke
 		},
 	})
 	publish.Routes(v1, pubSvc)
-	push.NewDeadLetters(db.Push(), subSvc, relay, cfg.PushQueue, clock).Observe(m).Routes(v1)
+	delivery.Routes(v1, delivery.NewService(delivery.Deps{
+		Store: db.Push(), Subscriptions: subSvc, Relay: relay, PushQueue: cfg.PushQueue, Now: clock, Observer: m,
+	}))
 	retry.Routes(v1, subSvc)
 	pullSvc.Routes(v1)
 	return e, pullSvc
