@@ -621,7 +621,7 @@ func refuse(tx *gorm.DB, f outbox.Refusal) error {
 
 // PurgeEvents implements outbox.PurgeStore. An event that still owes the broker
 // a send is kept, expired or not: an expired one's copy is still sent, for
-// its consumer to make it a dead letter (see publish.Relay).
+// its consumer to make it a dead letter (see outbox.Relay).
 func (s *Events) PurgeEvents(ctx context.Context, q outbox.PurgeQuery) (int, error) {
 	var ids []uuid.UUID
 	err := s.tx(ctx).Model(&eventRow{}).Select("id").

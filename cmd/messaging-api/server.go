@@ -91,8 +91,10 @@ func newServerWithMetrics(cfg Config, logger *slog.Logger, db *store.DB, b broke
 	roomSvc := rooms.NewService(db.Rooms(), subscriptions.QueueCleanup{Queues: b, Logger: logger}, clock)
 	subSvc := subscriptions.NewService(db.Subscriptions(), roomSvc, b, cfg.PushTarget.CheckURL, clock, logger)
 	subSvc.SetMaxPerRoom(cfg.Limits.MaxRoomSubscriptions)
-	pullSvc := pull.NewService(subSvc, db.Push(), b, db.Leases(), relay, clock, rand.Float64, logger)
-	pullSvc.Observe(m)
+	pullSvc := pull.NewService(pull.Deps{
+		Subscriptions: subSvc, Directory: db.Push(), Broker: b, Store: db.Leases(), Relay: relay,
+		Now: clock, Rand: rand.Float64, Logger: logger, Observer: m,
+	})
 	v1 := e.Group("/v1")
 	catalog := publish.NewCache(roomSvc, db.Subscriptions(), cfg.CatalogCacheTTL, time.Now)
 	// A change committed through this process empties the publish cache
