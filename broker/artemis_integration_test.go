@@ -46,7 +46,7 @@ func openArtemis(t *testing.T, raw string) *stompBroker {
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
-	b, err := openStomp(ctx, cfg, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	b, err := openStomp(ctx, cfg, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})), time.Now)
 	if err != nil {
 		t.Fatalf("open %s: %v", Redact(raw), err)
 	}

@@ -49,7 +49,7 @@ func Open(ctx context.Context, rawURL string, logger *slog.Logger) (Broker, erro
 	if err != nil {
 		return nil, err
 	}
-	return openStomp(ctx, cfg, logger)
+	return openStomp(ctx, cfg, logger, time.Now)
 }
 
 func isEmbeddedURL(raw string) bool {

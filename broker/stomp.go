@@ -30,6 +30,9 @@ type stompBroker struct {
 	log     *slog.Logger
 	ctx     context.Context // cancelled by Close; parent of every background goroutine
 	cancel  context.CancelFunc
+	// now is the clock of the limits on redials after refusals (see
+	// link.afterRefusal): time.Now, or a test's. Timers are real.
+	now func() time.Time
 
 	senders []*link
 	idle    chan *link // senders not carrying a send
@@ -77,7 +80,7 @@ type dialect interface {
 	prepare(ctx context.Context, addresses []string) (warnings []string, err error)
 }
 
-func openStomp(ctx context.Context, cfg stompConfig, logger *slog.Logger) (*stompBroker, error) {
+func openStomp(ctx context.Context, cfg stompConfig, logger *slog.Logger, now func() time.Time) (*stompBroker, error) {
 	newDialect, ok := dialectNamed(cfg.dialect)
 	if !ok {
 		return nil, fmt.Errorf("broker: url %s: unknown dialect %q", cfg.redacted, cfg.dialect)
@@ -87,6 +90,7 @@ func openStomp(ctx context.Context, cfg stompConfig, logger *slog.Logger) (*stom
 	b := &stompBroker{
 		cfg:    cfg,
 		log:    logger,
+		now:    now,
 		ctx:    bctx,
 		cancel: cancel,
 		idle:   make(chan *link, cfg.senders),
