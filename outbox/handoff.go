@@ -73,9 +73,9 @@ func (r *Relay) Unreserve(n int) {
 }
 
 // HandOff takes the sends of a committed publish, stored with lease. It
-// never blocks: their places were reserved. Should the relay have
-// stopped meanwhile (a shutdown that outlasted its grace), it releases them
-// at once, so that the next claim takes them instead of waiting for the lease.
+// never blocks: their places were reserved. Should the relay have stopped
+// meanwhile (a shutdown that outlasted its grace), it releases them at once,
+// so that the next claim takes them instead of waiting for the lease.
 func (r *Relay) HandOff(lease Lease, p []Pending) {
 	h := r.hand
 	h.mu.Lock()
