@@ -25,6 +25,10 @@ const (
 	RoleSubscriber = "subscriber"
 )
 
+// MaxSubjectLength bounds a key's subject, and so the managerIdentifier of a
+// room and the owner of a subscription, which name one.
+const MaxSubjectLength = 200
+
 // Caller is who sent a request, as authentication established it. Features
 // consult it where a rule depends on the request body or on which rows to
 // list; a request without a Caller (authentication disabled) may do anything.

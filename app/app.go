@@ -19,7 +19,7 @@ import (
 	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/metrics"
-	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/pull"
 	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/rooms"
@@ -78,7 +78,7 @@ func Main(ctx context.Context, command string, args []string, getenv func(string
 		return err
 	}
 	if role != Dispatcher {
-		if err := prepareAuth(ctx, cfg, NewKeyService(db, rooms.NewService(db.Rooms(), NoCleanup{}, Clock)), logger, stderr); err != nil {
+		if err := prepareAuth(ctx, cfg, NewKeyService(db, rooms.NewService(rooms.Deps{Store: db.Rooms(), Cleanup: NoCleanup{}, Now: Clock})), logger, stderr); err != nil {
 			return err
 		}
 	}
@@ -93,14 +93,13 @@ func Main(ctx context.Context, command string, args []string, getenv func(string
 // App is one process: its HTTP handler and the workers its role runs.
 type App struct {
 	cfg     Config
-	role    Role
 	logger  *slog.Logger
 	broker  broker.Broker
 	metrics *metrics.Metrics
 	handler *echo.Echo
 
-	relay  *publish.Relay
-	purger *publish.Purger  // nil without the API
+	relay  *outbox.Relay
+	purger *outbox.Purger   // nil without the API
 	push   *push.Dispatcher // nil unless the role delivers
 	pull   *pull.Service    // nil without the API
 }
@@ -108,21 +107,22 @@ type App struct {
 // New builds the process of role from cfg over db and b.
 func New(cfg Config, role Role, db *store.DB, b broker.Broker, logger *slog.Logger) *App {
 	m := metrics.New(metrics.Options{RoomLabel: cfg.Metrics.RoomLabel})
-	relayCfg := publish.DefaultRelayConfig
-	relayCfg.Poll = cfg.Outbox.Poll
-	relayCfg.HandOff = cfg.Outbox.HandOff
-	relayCfg.MaxRefusals = cfg.Outbox.MaxRefusals
-	a := &App{cfg: cfg, role: role, logger: logger, broker: b, metrics: m,
-		relay: publish.NewRelay(db.Events(), b, relayCfg, Clock, logger).Observe(m)}
+	relay := outbox.NewRelay(cfg.Outbox.Relay, outbox.Deps{
+		Store: db.Events(), Broker: b, Vacuum: db.Events(), Now: Clock, Logger: logger, Observer: m,
+	})
+	a := &App{cfg: cfg, logger: logger, broker: b, metrics: m, relay: relay}
 	withAPI := role != Dispatcher
 	if withAPI {
-		a.purger = publish.NewPurger(db.Events(), cfg.Outbox.Retention, cfg.Outbox.PurgeInterval, Clock, logger)
+		a.purger = outbox.NewPurger(db.Events(), cfg.Outbox.Retention, cfg.Outbox.PurgeInterval, Clock, logger)
 	}
 	if role != API {
-		a.push = push.New(cfg.Push, b, db.Push(), db.Push(), push.NewHTTPClient(cfg.Push.Timeout, cfg.PushTarget), Clock, logger).
-			Observe(m).WatchDatabase(db.Ping, time.Second).OnParkedReleased(a.relay.Notify)
+		a.push = push.New(cfg.Push, push.Deps{
+			Broker: b, Directory: db.Push(), Log: db.Push(), Batches: db.Push(),
+			Client: push.NewHTTPClient(cfg.Push.Timeout, cfg.PushTarget), Now: Clock, Logger: logger,
+			Observer: m, Ping: db.Ping, PingEvery: time.Second, OnParkedReleased: relay.Notify,
+		})
 	}
-	a.handler, a.pull = NewHandler(cfg, logger, db, b, a.relay, withAPI, m)
+	a.handler, a.pull = NewHandler(cfg, logger, db, b, relay, withAPI, m)
 	return a
 }
 

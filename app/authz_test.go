@@ -95,7 +95,7 @@ func authConfig() app.Config {
 func newAuthFixture(t *testing.T, d store.Dialect) *authFixture {
 	t.Helper()
 	f := &authFixture{API: apptest.NewConfig(t, d, authConfig()), keys: map[byte]string{}}
-	keys := app.NewKeyService(f.DB, rooms.NewService(f.DB.Rooms(), app.NoCleanup{}, app.Clock))
+	keys := app.NewKeyService(f.DB, rooms.NewService(rooms.Deps{Store: f.DB.Rooms(), Cleanup: app.NoCleanup{}, Now: app.Clock}))
 	k, token, err := keys.Create(context.Background(), auth.Spec{Name: "test admin", Role: api.RoleAdmin})
 	if err != nil {
 		t.Fatal(err)

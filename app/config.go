@@ -14,6 +14,7 @@ import (
 	"github.com/roomhub/messaging-api/auth"
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/netguard"
+	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/redact"
 	"github.com/roomhub/messaging-api/store"
@@ -50,9 +51,7 @@ type MetricsConfig struct {
 
 // OutboxConfig configures the outbox relay and the purge of old events.
 type OutboxConfig struct {
-	Poll          time.Duration
-	HandOff       int
-	MaxRefusals   int
+	Relay         outbox.Config
 	Retention     time.Duration
 	PurgeInterval time.Duration
 }
@@ -88,6 +87,13 @@ type setting struct {
 	apply                func(c *Config, v string) error
 }
 
+// base is the configuration before any setting applies: the defaults the
+// packages declare, which the settings below show rather than repeat.
+var base = Config{
+	Push:   push.DefaultConfig(broker.Destination{}),
+	Outbox: OutboxConfig{Relay: outbox.DefaultConfig},
+}
+
 var settings = []setting{
 	{"HTTP_ADDR", "addr", ":8080", "address the API listens on", func(c *Config, v string) error {
 		c.HTTP.Addr = v
@@ -116,10 +122,10 @@ var settings = []setting{
 		c.Push.Queue = c.PushQueue
 		return nil
 	}},
-	{"PUSH_WORKERS", "push-workers", "64", "concurrent push deliveries per dispatcher process", intInto(1, 4096, func(c *Config) *int { return &c.Push.Workers })},
-	{"PUSH_PER_SUBSCRIPTION", "push-per-subscription", "16", "concurrent push deliveries to one subscription (so one slow endpoint cannot take every worker)", intInto(1, 4096, func(c *Config) *int { return &c.Push.PerSubscription })},
-	{"PUSH_PREFETCH", "push-prefetch", "256", "unacknowledged push messages the broker hands one dispatcher", intInto(1, 10000, func(c *Config) *int { return &c.Push.Prefetch })},
-	{"PUSH_TIMEOUT", "push-timeout", "15s", "time one push request may take", durationInto(func(c *Config) *time.Duration { return &c.Push.Timeout })},
+	{"PUSH_WORKERS", "push-workers", strconv.Itoa(base.Push.Workers), "concurrent push deliveries per dispatcher process", intInto(1, 4096, func(c *Config) *int { return &c.Push.Workers })},
+	{"PUSH_PER_SUBSCRIPTION", "push-per-subscription", strconv.Itoa(base.Push.PerSubscription), "concurrent push deliveries to one subscription (so one slow endpoint cannot take every worker)", intInto(1, 4096, func(c *Config) *int { return &c.Push.PerSubscription })},
+	{"PUSH_PREFETCH", "push-prefetch", strconv.Itoa(base.Push.Prefetch), "unacknowledged push messages the broker hands one dispatcher", intInto(1, 10000, func(c *Config) *int { return &c.Push.Prefetch })},
+	{"PUSH_TIMEOUT", "push-timeout", formatDuration(base.Push.Timeout), "time one push request may take", durationInto(func(c *Config) *time.Duration { return &c.Push.Timeout })},
 	{"PUSH_ALLOWED_CIDRS", "push-allowed-cidrs", "", "comma-separated CIDRs that push URLs may reach although the SSRF guard refuses them (loopback, private, link-local, ...), e.g. 127.0.0.0/8,::1/128 for a local receiver", func(c *Config, v string) error {
 		allow, err := netguard.ParseAllow(v)
 		c.PushTarget.Allow = allow
@@ -130,10 +136,10 @@ var settings = []setting{
 		c.PushTarget.HTTPSOnly = b
 		return err
 	}},
-	{"PUSH_MAX_RETRY_AFTER", "push-max-retry-after", "1h", "longest delay a Retry-After header can ask for", durationInto(func(c *Config) *time.Duration { return &c.Push.MaxRetryAfter })},
-	{"OUTBOX_POLL_INTERVAL", "outbox-poll", "1s", "how often the outbox relay looks for sends left pending (by a crash or a broker outage)", durationInto(func(c *Config) *time.Duration { return &c.Outbox.Poll })},
-	{"OUTBOX_HANDOFF", "outbox-handoff", "4096", "fresh sends a publish may hand to its process's outbox relay in memory, so that they go to the broker at once instead of waiting for a claim (0: every publish waits for a claim)", intInto(0, 100000, func(c *Config) *int { return &c.Outbox.HandOff })},
-	{"OUTBOX_MAX_REFUSALS", "outbox-max-refusals", "10", "how often the broker may refuse one copy (an ERROR frame: no such queue, not authorised, ...) before it becomes a dead letter with reason broker_refused; the relay tries it again 1 s, 2 s, 4 s, ... up to a minute later (10: about 4 minutes); a copy refused because the address is full is kept up to 24 h", intInto(1, 1000, func(c *Config) *int { return &c.Outbox.MaxRefusals })},
+	{"PUSH_MAX_RETRY_AFTER", "push-max-retry-after", formatDuration(base.Push.MaxRetryAfter), "longest delay a Retry-After header can ask for", durationInto(func(c *Config) *time.Duration { return &c.Push.MaxRetryAfter })},
+	{"OUTBOX_POLL_INTERVAL", "outbox-poll", formatDuration(base.Outbox.Relay.Poll), "how often the outbox relay looks for sends left pending (by a crash or a broker outage)", durationInto(func(c *Config) *time.Duration { return &c.Outbox.Relay.Poll })},
+	{"OUTBOX_HANDOFF", "outbox-handoff", strconv.Itoa(base.Outbox.Relay.HandOff), "fresh sends a publish may hand to its process's outbox relay in memory, so that they go to the broker at once instead of waiting for a claim (0: every publish waits for a claim)", intInto(0, 100000, func(c *Config) *int { return &c.Outbox.Relay.HandOff })},
+	{"OUTBOX_MAX_REFUSALS", "outbox-max-refusals", strconv.Itoa(base.Outbox.Relay.MaxRefusals), "how often the broker may refuse one copy (an ERROR frame: no such queue, not authorised, ...) before it becomes a dead letter with reason broker_refused; the relay tries it again 1 s, 2 s, 4 s, ... up to a minute later (10: about 4 minutes); a copy refused because the address is full is kept up to 24 h", intInto(1, 1000, func(c *Config) *int { return &c.Outbox.Relay.MaxRefusals })},
 	{"EVENT_RETENTION", "event-retention", "168h", "how long events and their log are kept when the room does not expire them sooner (at least 24h, the idempotency window)", durationInto(func(c *Config) *time.Duration { return &c.Outbox.Retention })},
 	{"PURGE_INTERVAL", "purge-interval", "10m", "how often expired events and logs are purged", durationInto(func(c *Config) *time.Duration { return &c.Outbox.PurgeInterval })},
 	{"LOG_LEVEL", "log-level", "info", "debug, info, warn or error", func(c *Config, v string) error {
@@ -173,13 +179,13 @@ var settings = []setting{
 	}},
 	{"PUBLISH_RATE_LIMIT", "publish-rate-limit", "0", "events per second each API key may publish, per API process (0: no limit; a key's publishRateLimit overrides it)", func(c *Config, v string) error {
 		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f < 0 || f > 1e6 || math.IsNaN(f) {
-			return errors.New("must be a number from 0 to 1000000")
+		if err != nil || f < 0 || f > auth.MaxPublishRate || math.IsNaN(f) {
+			return fmt.Errorf("must be a number from 0 to %d", auth.MaxPublishRate)
 		}
 		c.Limits.PublishRate = f
 		return nil
 	}},
-	{"PUBLISH_RATE_BURST", "publish-rate-burst", "0", "events a key may publish at once above its rate (0: one second's worth)", intInto(0, 1000000, func(c *Config) *int { return &c.Limits.PublishBurst })},
+	{"PUBLISH_RATE_BURST", "publish-rate-burst", "0", "events a key may publish at once above its rate (0: one second's worth)", intInto(0, auth.MaxPublishBurst, func(c *Config) *int { return &c.Limits.PublishBurst })},
 	{"PUBLISH_MAX_PAYLOAD", "publish-max-payload", "262144", "largest payload of one event in bytes (a request is also bounded by HTTP_BODY_LIMIT)", intInto(1, 64<<20, func(c *Config) *int { return &c.Limits.MaxPayload })},
 	{"ROOM_MAX_SUBSCRIPTIONS", "room-max-subscriptions", "1000", "subscriptions one room may have (TERMINATED ones do not count; 0: no cap)", intInto(0, 1000000, func(c *Config) *int { return &c.Limits.MaxRoomSubscriptions })},
 	{"METRICS_ROOM_LABEL", "metrics-room-label", "true", "label the publish counters of /metrics by room (one series per room; false counts every room under room=\"_all\")", func(c *Config, v string) error {
@@ -210,6 +216,18 @@ func (s setting) shown(v string) string {
 		return redact.Mask
 	}
 	return v
+}
+
+// formatDuration writes d as a setting's default: 1h, 15s, 250ms, not
+// time.Duration's 1h0m0s.
+func formatDuration(d time.Duration) string {
+	out := d.String()
+	for _, zero := range []string{"0s", "0m"} {
+		if strings.HasSuffix(out, zero) && len(out) > len(zero) && !strings.HasSuffix(out, "ms") {
+			out = strings.TrimSuffix(out, zero)
+		}
+	}
+	return out
 }
 
 func intInto(lo, hi int, field func(*Config) *int) func(*Config, string) error {
@@ -256,7 +274,7 @@ func LoadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	cfg := Config{Push: push.DefaultConfig(broker.Destination{})}
+	cfg := base
 	var errs []error
 	for i, s := range settings {
 		v, from := s.def, "default"

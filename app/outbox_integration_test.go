@@ -16,9 +16,10 @@ import (
 	"github.com/roomhub/messaging-api/api/apitest"
 	"github.com/roomhub/messaging-api/app/apptest"
 	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/message"
+	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/publish"
-	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
 
@@ -310,7 +311,7 @@ func TestExpiredDuringBrokerOutageDeadLetters(t *testing.T) {
 	// The relay's first sends wait out their timeout (10 s, retrying the
 	// connection), then the rows are released and claimed again, expired:
 	// the path a long outage takes.
-	time.Sleep(time.Until(last.PublishedAt.Add(publish.DefaultRelayConfig.SendTimeout + time.Second)))
+	time.Sleep(time.Until(last.PublishedAt.Add(outbox.DefaultConfig.SendTimeout + time.Second)))
 	proxy.up()
 
 	dls := pushed.WaitDeadLetters(n, 60*time.Second)
@@ -330,7 +331,7 @@ func TestExpiredDuringBrokerOutageDeadLetters(t *testing.T) {
 
 	// A pull returns none of them and dead-letters each.
 	pulledSub := apptest.PullSub{Sub: apptest.Sub{C: c, Room: room, ID: pulled.ID}}
-	var pdls []push.DeadLetterResponse
+	var pdls []delivery.DeadLetterResponse
 	apitest.EventuallyWithin(t, 30*time.Second, fmt.Sprintf("%d pull dead letters", n), func() bool {
 		pulledSub.PullNone(200)
 		pdls = pulledSub.DeadLetters()

@@ -13,9 +13,11 @@ import (
 )
 
 // switchRelay is an outbox relay whose health the test sets.
-type switchRelay struct{ failing atomic.Bool }
+type switchRelay struct {
+	apptest.IdleRelay
+	failing atomic.Bool
+}
 
-func (*switchRelay) Notify() {}
 func (r *switchRelay) Healthy() error {
 	if r.failing.Load() {
 		return errors.New("relay round failed")

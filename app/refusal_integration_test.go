@@ -12,7 +12,7 @@ import (
 
 	"github.com/roomhub/messaging-api/api/apitest"
 	"github.com/roomhub/messaging-api/app/apptest"
-	"github.com/roomhub/messaging-api/push"
+	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
 
@@ -153,7 +153,7 @@ func TestBrokerRefusalsBecomeDeadLetters(t *testing.T) {
 		}
 		fine.Ack(m.AckID)
 	}
-	var dls []push.DeadLetterResponse
+	var dls []delivery.DeadLetterResponse
 	polls, notReady := 0, 0
 	apitest.EventuallyWithin(t, 30*time.Second, "the refused copies dead-lettered", func() bool {
 		// The relay stays healthy. (The broker check may blink: the broker

@@ -15,10 +15,10 @@ import (
 
 	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/auth"
+	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/metrics"
 	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/pull"
-	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/retry"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/store"
@@ -34,7 +34,7 @@ type BrokerConn interface {
 
 // RelayState is what the HTTP server needs of the outbox relay.
 type RelayState interface {
-	publish.Notifier
+	publish.HandOff
 	Healthy() error
 }
 
@@ -78,19 +78,25 @@ func NewHandler(cfg Config, logger *slog.Logger, db *store.DB, b BrokerConn, rel
 		return e, nil
 	}
 
-	roomSvc := rooms.NewService(db.Rooms(), subscriptions.QueueCleanup{Queues: b, Logger: logger}, Clock)
-	subSvc := subscriptions.NewService(db.Subscriptions(), roomSvc, b, cfg.PushTarget.CheckURL, Clock, logger)
-	subSvc.SetMaxPerRoom(cfg.Limits.MaxRoomSubscriptions)
-	pullSvc := pull.NewService(subSvc, db.Push(), b, db.Leases(), relay, Clock, rand.Float64, logger)
-	pullSvc.Observe(m)
-	v1 := e.Group("/v1")
-	catalog := publish.NewCache(roomSvc, db.Subscriptions(), cfg.CatalogCacheTTL, time.Now)
 	// A change committed through this process empties the publish cache
 	// before its answer leaves, so a client that publishes on receiving the
-	// answer finds the change.
+	// answer finds the change. The cache reads rooms through roomSvc, so it
+	// is made after it; nothing changes before requests are served.
+	var catalog *publish.Cache
 	invalidate := func(uuid.UUID) { catalog.Invalidate() }
-	roomSvc.OnChange(invalidate)
-	subSvc.OnChange(invalidate)
+	roomSvc := rooms.NewService(rooms.Deps{
+		Store: db.Rooms(), Cleanup: subscriptions.QueueCleanup{Queues: b, Logger: logger}, Now: Clock, OnChange: invalidate,
+	})
+	subSvc := subscriptions.NewService(subscriptions.Deps{
+		Store: db.Subscriptions(), Catalog: roomSvc, Queues: b, CheckTarget: cfg.PushTarget.CheckURL, Now: Clock, Logger: logger,
+		MaxPerRoom: cfg.Limits.MaxRoomSubscriptions, OnChange: invalidate,
+	})
+	catalog = publish.NewCache(roomSvc, db.Subscriptions(), cfg.CatalogCacheTTL, time.Now)
+	pullSvc := pull.NewService(pull.Deps{
+		Subscriptions: subSvc, Directory: db.Push(), Broker: b, Store: db.Leases(), Relay: relay,
+		Now: Clock, Rand: rand.Float64, Logger: logger, Observer: m,
+	})
+	v1 := e.Group("/v1")
 	keys := NewKeyService(db, roomSvc)
 	if !cfg.Auth.Disabled {
 		e.Use(under("/v1", keys.Middleware(authResolver{rooms: catalog, subs: subSvc})))
@@ -98,14 +104,18 @@ func NewHandler(cfg Config, logger *slog.Logger, db *store.DB, b BrokerConn, rel
 	keys.Routes(v1)
 	rooms.Routes(v1, roomSvc)
 	subscriptions.Routes(v1, subSvc)
-	pubSvc := publish.NewService(catalog, catalog, db.Events(), relay, cfg.PushQueue, Clock)
-	pubSvc.Observe(m)
-	pubSvc.SetLimits(publish.Limits{
-		MaxPayload: cfg.Limits.MaxPayload,
-		Take:       auth.NewRateLimiter(cfg.Limits.PublishRate, cfg.Limits.PublishBurst, time.Now).Take,
+	pubSvc := publish.NewService(publish.Deps{
+		Catalog: catalog, Subscribers: catalog, Store: db.Events(), Batches: db.Events(), Relay: relay,
+		PushQueue: cfg.PushQueue, Now: Clock, Observer: m,
+		Limits: publish.Limits{
+			MaxPayload: cfg.Limits.MaxPayload,
+			Take:       auth.NewRateLimiter(cfg.Limits.PublishRate, cfg.Limits.PublishBurst, time.Now).Take,
+		},
 	})
 	publish.Routes(v1, pubSvc)
-	push.NewDeadLetters(db.Push(), subSvc, relay, cfg.PushQueue, Clock).Observe(m).Routes(v1)
+	delivery.Routes(v1, delivery.NewService(delivery.Deps{
+		Store: db.Push(), Subscriptions: subSvc, Relay: relay, PushQueue: cfg.PushQueue, Now: Clock, Observer: m,
+	}))
 	retry.Routes(v1, subSvc)
 	pullSvc.Routes(v1)
 	return e, pullSvc

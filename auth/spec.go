@@ -32,6 +32,12 @@ const (
 	maxGrantEventTypes = 100  // event types of one granted room
 )
 
+// Bounds of a publish rate limit, a key's and the process default alike.
+const (
+	MaxPublishRate  = 1_000_000 // events per second
+	MaxPublishBurst = 1_000_000 // events at once above the rate
+)
+
 // Roles are every role a key may have.
 var Roles = []string{api.RoleAdmin, api.RoleManager, api.RolePublisher, api.RoleSubscriber}
 
@@ -54,8 +60,8 @@ func (s *Service) validate(ctx context.Context, spec Spec) (Key, error) {
 	if !validRole(k.Role) {
 		probs.Add("role", "must be one of admin, manager, publisher, subscriber")
 	}
-	if len(k.Subject) > 200 {
-		probs.Add("subject", "must be at most 200 characters")
+	if len(k.Subject) > api.MaxSubjectLength {
+		probs.Add("subject", fmt.Sprintf("must be at most %d characters", api.MaxSubjectLength))
 	} else if k.Subject == "" && (k.Role == api.RoleManager || k.Role == api.RoleSubscriber) {
 		probs.Add("subject", "is required for "+k.Role+" keys (the managerIdentifier of the rooms a manager manages; the owner of a subscriber's subscriptions)")
 	}
@@ -96,11 +102,11 @@ func (s *Service) validate(ctx context.Context, spec Spec) (Key, error) {
 		}
 		k.Rooms = append(k.Rooms, Grant{RoomID: id, EventTypes: g.EventTypes})
 	}
-	if r := k.PublishRateLimit; r != nil && (*r <= 0 || *r > 1e6) {
-		probs.Add("publishRateLimit", "must be > 0 and at most 1000000 events per second")
+	if r := k.PublishRateLimit; r != nil && (*r <= 0 || *r > MaxPublishRate) {
+		probs.Add("publishRateLimit", fmt.Sprintf("must be > 0 and at most %d events per second", MaxPublishRate))
 	}
-	if b := k.PublishBurst; b != nil && (*b < 1 || *b > 1e6) {
-		probs.Add("publishBurst", "must be between 1 and 1000000")
+	if b := k.PublishBurst; b != nil && (*b < 1 || *b > MaxPublishBurst) {
+		probs.Add("publishBurst", fmt.Sprintf("must be between 1 and %d", MaxPublishBurst))
 	}
 	if k.ExpiresAt != nil && !k.ExpiresAt.After(s.now()) {
 		probs.Add("expiresAt", "must be in the future")

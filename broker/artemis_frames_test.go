@@ -20,10 +20,16 @@ import (
 
 func openFake(t *testing.T, fs *fakeStomp, query string) broker.Broker {
 	t.Helper()
+	return openFakeWith(t, fs, query, broker.Open)
+}
+
+// openFakeWith is openFake with open in place of broker.Open.
+func openFakeWith(t *testing.T, fs *fakeStomp, query string, open func(context.Context, string, *slog.Logger) (broker.Broker, error)) broker.Broker {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	raw := "stomp://roomhub:s3cret@" + fs.addr + "?" + query
-	b, err := broker.Open(ctx, raw, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
+	b, err := open(ctx, raw, slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})))
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -222,7 +228,7 @@ func TestArtemisFrames(t *testing.T) {
 					t.Fatalf("Send: %v", err)
 				}
 				// The first send to a destination is preceded by a createQueue
-				// on the management address (see ensureOnce).
+				// on the management address (see artemis.beforeSend).
 				r, _ := fs.waitFrame(from, 5*time.Second, func(r recorded) bool {
 					return r.frame.Command == frame.SEND && r.frame.Header.Get("destination") != "activemq.management"
 				})
@@ -348,16 +354,14 @@ func goroutines() []string {
 	return strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n")
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<20)
-			t.Fatalf("timed out waiting for %s; goroutines:\n%s", what, buf[:runtime.Stack(buf, true)])
+// logGoroutinesOnFailure logs every goroutine's stack at the end of a
+// failed test, to tell what a wait for goroutines to end waited for.
+func logGoroutinesOnFailure(t *testing.T) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("goroutines:\n%s", strings.Join(goroutines(), "\n\n"))
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	})
 }
 
 // isManagementRequest matches a management SEND that asks for a reply: not

@@ -1,13 +1,13 @@
 // Package broker is the only code that talks to a message broker. It defines the
 // Broker interface the rest of the service uses and implements it twice: over
-// STOMP (Apache ActiveMQ Artemis or ActiveMQ Classic, see stomp.go) and as an
-// in-process, non-durable broker for `make run` and fast tests (see embedded.go).
+// STOMP (stomp.go), with one dialect per broker (Apache ActiveMQ Artemis in
+// artemis.go, ActiveMQ Classic in activemq.go), and as an in-process,
+// non-durable broker for `make run` and fast tests (see embedded.go).
 package broker
 
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 )
 
@@ -60,26 +60,6 @@ func (e refusedError) Is(target error) bool {
 func refused(err error) error {
 	if err == nil {
 		return nil
-	}
-	return refusedError{err: err}
-}
-
-// fullMarks are what a broker's ERROR frame says when an address is full,
-// in its message header or its body: Artemis's header is a generic
-// "AMQ339011: Error sending message ..." with the cause (AMQ229102: Address
-// "..." is full) in the body; Classic's header is "Usage Manager Memory
-// Limit reached. Stopping producer ... producer-flow-control.html" with
-// the ResourceAllocationException's stack trace in the body.
-var fullMarks = []string{"AMQ229102", "ResourceAllocationException", "Usage Manager Memory Limit reached", "producer-flow-control"}
-
-// refusedByBroker marks err, the broker's ERROR frame answering a SEND
-// (text is the frame's message header and body), as a refusal, and as
-// ErrFull when either says the address is full.
-func refusedByBroker(err error, text string) error {
-	for _, m := range fullMarks {
-		if strings.Contains(text, m) {
-			return refusedError{err: err, full: true}
-		}
 	}
 	return refusedError{err: err}
 }

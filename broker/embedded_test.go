@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roomhub/messaging-api/api/apitest"
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/broker/brokertest"
 )
@@ -119,7 +120,7 @@ func TestEmbeddedAckAfterClose(t *testing.T) {
 
 func TestEmbeddedExpiresWhileWaitingForTheReader(t *testing.T) {
 	e := newEmbedded(t)
-	sub, err := e.Subscribe(t.Context(), dest, broker.SubscribeOptions{})
+	sub, err := e.Subscribe(t.Context(), dest, broker.SubscribeOptions{Prefetch: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +128,11 @@ func TestEmbeddedExpiresWhileWaitingForTheReader(t *testing.T) {
 		Expires: time.Now().Add(100 * time.Millisecond)}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond) // the reader is late
+	if !sub.Full() {
+		t.Fatal("the message was not handed to the subscription")
+	}
+	// The reader is late: the message expires in the subscription's window.
+	apitest.Eventually(t, "the unread message to expire and leave the window", func() bool { return !sub.Full() })
 	sendN(t, e, "fresh")
 	d, ok := next(t, sub, time.Second)
 	if !ok || string(d.Body) != "fresh" {

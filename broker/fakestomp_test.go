@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/go-stomp/stomp/v3/frame"
+
+	"github.com/roomhub/messaging-api/api/apitest"
 )
 
 // fakeStomp is a STOMP 1.2 server of a few dozen lines that records every frame
@@ -300,19 +302,13 @@ func (s *fakeStomp) pause() {
 
 func (s *fakeStomp) resume() {
 	s.t.Helper()
-	var (
-		ln  net.Listener
-		err error
-	)
-	for range 50 { // the port may linger briefly after Close
-		if ln, err = net.Listen("tcp", s.addr); err == nil {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err != nil {
-		s.t.Fatalf("fake STOMP: listen again on %s: %v", s.addr, err)
-	}
+	var ln net.Listener
+	// The port may linger briefly after Close.
+	apitest.Eventually(s.t, "fake STOMP listening again on "+s.addr, func() bool {
+		var err error
+		ln, err = net.Listen("tcp", s.addr)
+		return err == nil
+	})
 	s.mu.Lock()
 	s.ln, s.paused = ln, false
 	s.mu.Unlock()

@@ -12,7 +12,7 @@ import (
 // delivery. The broker's own expires header does not always survive: ActiveMQ
 // Classic re-stamps a scheduled message when it fires and keeps its time to live,
 // so the expires it delivers is later than the one sent (and Send has to
-// compensate, see stompBroker.Send).
+// compensate, see activeMQ.sendHeaders).
 const headerExpiresAt = "x-expires"
 
 // isBrokerHeader reports whether name is set or interpreted by STOMP, by a broker

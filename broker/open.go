@@ -49,7 +49,7 @@ func Open(ctx context.Context, rawURL string, logger *slog.Logger) (Broker, erro
 	if err != nil {
 		return nil, err
 	}
-	return openStomp(ctx, cfg, logger)
+	return openStomp(ctx, cfg, logger, time.Now)
 }
 
 func isEmbeddedURL(raw string) bool {
@@ -60,14 +60,17 @@ func isEmbeddedURL(raw string) bool {
 	return false
 }
 
-// dialect selects the broker flavour a STOMP connection talks to.
-type dialect string
-
-// Supported dialects.
-const (
-	dialectArtemis  dialect = "artemis"
-	dialectActiveMQ dialect = "activemq"
-)
+// dialectNamed returns what makes the dialect a URL names (option dialect)
+// for a broker: the one place that knows which type serves which broker.
+func dialectNamed(name string) (newDialect func(*stompBroker) (dialect, error), ok bool) {
+	switch name {
+	case "artemis":
+		return newArtemis, true
+	case "activemq":
+		return newActiveMQ, true
+	}
+	return nil, false
+}
 
 // defaultWindowPerMessage is the Artemis consumer window, in bytes, that one
 // prefetched message is given: a message the service sends with a 200-byte
@@ -81,7 +84,7 @@ type stompConfig struct {
 	host              string // for the CONNECT host header and TLS server name
 	tls               *tls.Config
 	login, passcode   string
-	dialect           dialect
+	dialect           string // see dialectNamed
 	senders           int
 	heartbeat         time.Duration
 	prefetch          int
@@ -96,7 +99,7 @@ type stompConfig struct {
 
 func defaultStompConfig() stompConfig {
 	return stompConfig{
-		dialect:           dialectArtemis,
+		dialect:           "artemis",
 		senders:           4,
 		heartbeat:         10 * time.Second,
 		prefetch:          defaultPrefetch,
@@ -168,7 +171,6 @@ func parseStompURL(rawURL string) (stompConfig, error) {
 	if err != nil {
 		return cfg, fmt.Errorf("broker: url %s: query: %w", red, err)
 	}
-	heartbeatSet := false
 	for key, values := range q {
 		if len(values) != 1 {
 			return cfg, fmt.Errorf("broker: url %s: option %q given %d times", red, key, len(values))
@@ -177,10 +179,8 @@ func parseStompURL(rawURL string) (stompConfig, error) {
 		var err error
 		switch key {
 		case "dialect":
-			switch d := dialect(strings.ToLower(v)); d {
-			case dialectArtemis, dialectActiveMQ:
-				cfg.dialect = d
-			default:
+			cfg.dialect = strings.ToLower(v)
+			if _, ok := dialectNamed(cfg.dialect); !ok {
 				err = fmt.Errorf("unknown dialect %q (want artemis or activemq)", v)
 			}
 		case "senders":
@@ -190,7 +190,6 @@ func parseStompURL(rawURL string) (stompConfig, error) {
 			if err == nil && cfg.heartbeat > 0 && cfg.heartbeat < 100*time.Millisecond {
 				err = fmt.Errorf("%s is below 100ms", v)
 			}
-			heartbeatSet = true
 		case "prefetch":
 			cfg.prefetch, err = parseIntOption(v, 1, 10000)
 		case "windowPerMessage":
@@ -212,12 +211,6 @@ func parseStompURL(rawURL string) (stompConfig, error) {
 		if err != nil {
 			return cfg, fmt.Errorf("broker: url %s: option %s: %w", red, key, err)
 		}
-	}
-	if heartbeatSet && cfg.heartbeat == 0 && cfg.dialect == dialectArtemis {
-		// Without heart-beats Artemis applies its connection TTL (60 s by
-		// default) and closes a connection idle that long: a subscription
-		// to a quiet queue would drop every minute.
-		return cfg, fmt.Errorf("broker: url %s: option heartbeat: 0 is refused with dialect=artemis, which closes a connection idle for its connection TTL (60s); use a duration such as 10s", red)
 	}
 	return cfg, nil
 }

@@ -20,7 +20,7 @@ func TestParseStompURL(t *testing.T) {
 			if c.addr != "broker.example:61613" || c.host != "broker.example" || c.tls != nil {
 				t.Errorf("addr %q host %q tls %v", c.addr, c.host, c.tls)
 			}
-			if c.dialect != dialectArtemis || c.senders != want.senders || c.heartbeat != want.heartbeat ||
+			if c.dialect != "artemis" || c.senders != want.senders || c.heartbeat != want.heartbeat ||
 				c.prefetch != want.prefetch || c.receiptTimeout != want.receiptTimeout ||
 				c.maxReconnectDelay != want.maxReconnectDelay || c.managementAddress != "activemq.management" {
 				t.Errorf("defaults not applied: %+v", c)
@@ -51,7 +51,7 @@ func TestParseStompURL(t *testing.T) {
 		}},
 		{"Options", "stomp://h:1/?dialect=ActiveMQ&senders=8&heartbeat=2s&prefetch=20&windowPerMessage=1024" +
 			"&connectTimeout=3s&receiptTimeout=5s&maxReconnectDelay=1s&managementAddress=mgmt", func(t *testing.T, c stompConfig) {
-			if c.dialect != dialectActiveMQ || c.senders != 8 || c.heartbeat != 2*time.Second || c.prefetch != 20 ||
+			if c.dialect != "activemq" || c.senders != 8 || c.heartbeat != 2*time.Second || c.prefetch != 20 ||
 				c.windowPerMessage != 1024 || c.connectTimeout != 3*time.Second || c.receiptTimeout != 5*time.Second ||
 				c.maxReconnectDelay != time.Second || c.managementAddress != "mgmt" {
 				t.Errorf("options not applied: %+v", c)
@@ -91,8 +91,6 @@ func TestParseStompURLErrors(t *testing.T) {
 		{"stomp://h:1?senders=four", `option senders: "four" is not an integer`},
 		{"stomp://h:1?heartbeat=10", `option heartbeat: "10" is not a duration`},
 		{"stomp://h:1?heartbeat=10ms", "below 100ms"},
-		{"stomp://h:1?heartbeat=0", "0 is refused with dialect=artemis"},
-		{"stomp://h:1?heartbeat=0s&dialect=artemis", "connection TTL"},
 		{"stomp://user:hunter2%0A@h:1", "line break or NUL"},
 		{"stomp://h:1?prefetch=0", "option prefetch"},
 		{"stomp://h:1?receiptTimeout=1ms", "option receiptTimeout"},
@@ -107,6 +105,29 @@ func TestParseStompURLErrors(t *testing.T) {
 			_, err := parseStompURL(tc.url)
 			if err == nil {
 				t.Fatalf("parseStompURL(%q) succeeded", tc.url)
+			}
+			if !strings.Contains(err.Error(), tc.mention) {
+				t.Errorf("error %q does not mention %q", err, tc.mention)
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Errorf("error %q leaks the password", err)
+			}
+		})
+	}
+}
+
+// TestOpenRefusesOptionsOfTheWrongDialect: options a dialect cannot work
+// with fail Open (port 1 refuses connections, which alone is no error).
+func TestOpenRefusesOptionsOfTheWrongDialect(t *testing.T) {
+	for _, tc := range []struct{ url, mention string }{
+		{"stomp://user:hunter2@127.0.0.1:1?heartbeat=0", "0 is refused with dialect=artemis"},
+		{"stomp://127.0.0.1:1?heartbeat=0s&dialect=artemis", "connection TTL"},
+	} {
+		t.Run(tc.url, func(t *testing.T) {
+			b, err := Open(t.Context(), tc.url, slog.New(slog.DiscardHandler))
+			if err == nil {
+				_ = b.Close()
+				t.Fatalf("Open(%q) succeeded", tc.url)
 			}
 			if !strings.Contains(err.Error(), tc.mention) {
 				t.Errorf("error %q does not mention %q", err, tc.mention)
@@ -203,7 +224,7 @@ func TestBackoff(t *testing.T) {
 func TestConsumerWindow(t *testing.T) {
 	c := defaultStompConfig()
 	for _, tc := range []struct{ prefetch, want int }{{1, 0}, {0, 0}, {2, 2 << 10}, {8, 8 << 10}, {256, 256 << 10}} {
-		if got := c.consumerWindow(tc.prefetch); got != tc.want {
+		if got := consumerWindow(tc.prefetch, c.windowPerMessage); got != tc.want {
 			t.Errorf("consumerWindow(%d) = %d, want %d", tc.prefetch, got, tc.want)
 		}
 	}
@@ -212,7 +233,7 @@ func TestConsumerWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := c.consumerWindow(10000); got != math.MaxInt32 {
+	if got := consumerWindow(10000, c.windowPerMessage); got != math.MaxInt32 {
 		t.Errorf("consumerWindow(10000) with 16 MiB per message = %d, want %d", got, math.MaxInt32)
 	}
 }

@@ -5,19 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-stomp/stomp/v3"
 	"github.com/go-stomp/stomp/v3/frame"
 )
 
-// stompBroker implements Broker over STOMP with go-stomp, for Artemis or
-// ActiveMQ Classic (see the dialect type).
+// stompBroker implements Broker over STOMP with go-stomp. It holds what every
+// STOMP broker shares (connections, redials, heart-beats, sends with receipts,
+// subscriptions and their windows) and leaves the rest to its dialect.
 //
 // Connections: go-stomp's Conn.Send holds the connection's lock until the
 // RECEIPT arrives, so one connection carries one confirmed send at a time; a pool
@@ -26,10 +25,14 @@ import (
 // connection, heart-beats included, when sub.C is not read) only stalls itself.
 // Every connection redials and, for subscriptions, resubscribes on its own.
 type stompBroker struct {
-	cfg    stompConfig
-	log    *slog.Logger
-	ctx    context.Context // cancelled by Close; parent of every background goroutine
-	cancel context.CancelFunc
+	cfg     stompConfig
+	dialect dialect
+	log     *slog.Logger
+	ctx     context.Context // cancelled by Close; parent of every background goroutine
+	cancel  context.CancelFunc
+	// now is the clock of the limits on redials after refusals (see
+	// link.afterRefusal): time.Now, or a test's. Timers are real.
+	now func() time.Time
 
 	senders []*link
 	idle    chan *link // senders not carrying a send
@@ -39,37 +42,66 @@ type stompBroker struct {
 	subs   map[*stompSub]struct{}
 	wg     sync.WaitGroup // every goroutine started by the broker
 
-	// ensureBeforeSend makes Send create each destination before its first
-	// send (see ensureOnce): on Artemis from the start, until Prepare finds
-	// that the broker creates queues on a SEND. ensured holds the
-	// destinations created since (by FQQN).
-	ensureBeforeSend atomic.Bool
-	// replyQueueMade, when set (by tests), hears the name of every
-	// management reply queue.
-	replyQueueMade func(name string)
-	ensuredMu      sync.Mutex
-	ensured        map[string]struct{}
-	ensuring       map[string]chan struct{} // creations under way, closed when done
-
 	closeOnce sync.Once
 }
 
 var _ Broker = (*stompBroker)(nil)
 
-func openStomp(ctx context.Context, cfg stompConfig, logger *slog.Logger) (*stompBroker, error) {
-	logger = logger.With("broker", cfg.redacted, "dialect", string(cfg.dialect))
+// dialect is what one kind of STOMP broker does its own way: how it names a
+// destination, the headers of SEND and SUBSCRIBE, how a consumer's window
+// fills, what its ERROR frame says when an address is full, queue management
+// and the checks of Prepare. Implementations: artemis (artemis.go) and
+// activeMQ (activemq.go); dialectNamed picks one from the URL.
+type dialect interface {
+	// destination is the STOMP destination of d.
+	destination(d Destination) string
+	// unsendable returns why msg must not be sent at now (ErrExpired), or nil.
+	unsendable(msg Message, now time.Time) error
+	// sendHeaders returns headers, the SEND headers of msg every broker
+	// reads, with the dialect's own appended; a later one wins.
+	sendHeaders(msg Message, headers [][2]string) [][2]string
+	// subscribeOptions are the SUBSCRIBE headers besides destination, ack and
+	// id. Never a receipt: go-stomp closes the subscription's channel on the
+	// RECEIPT and panics on the next MESSAGE.
+	subscribeOptions(prefetch int) []func(*frame.Frame) error
+	// full reports whether the broker sends a consumer of this prefetch
+	// nothing more while it holds w unacked.
+	full(w *window, prefetch int) bool
+	// addressFull reports whether refusal, the message header and body of an
+	// ERROR frame answering a SEND, says the destination's address is full.
+	addressFull(refusal string) bool
+	// beforeSend runs before every attempt to send to dest; an error makes
+	// Send wait and try again, as during an outage.
+	beforeSend(ctx context.Context, dest Destination) error
+	// ensureQueue, deleteQueue and prepare do the work of the Broker methods
+	// of those names, for a valid destination on an open broker.
+	ensureQueue(ctx context.Context, dest Destination) error
+	deleteQueue(ctx context.Context, dest Destination) error
+	prepare(ctx context.Context, addresses []string) (warnings []string, err error)
+}
+
+func openStomp(ctx context.Context, cfg stompConfig, logger *slog.Logger, now func() time.Time) (*stompBroker, error) {
+	newDialect, ok := dialectNamed(cfg.dialect)
+	if !ok {
+		return nil, fmt.Errorf("broker: url %s: unknown dialect %q", cfg.redacted, cfg.dialect)
+	}
+	logger = logger.With("broker", cfg.redacted, "dialect", cfg.dialect)
 	bctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	b := &stompBroker{
-		cfg:      cfg,
-		log:      logger,
-		ctx:      bctx,
-		cancel:   cancel,
-		idle:     make(chan *link, cfg.senders),
-		subs:     make(map[*stompSub]struct{}),
-		ensured:  make(map[string]struct{}),
-		ensuring: make(map[string]chan struct{}),
+		cfg:    cfg,
+		log:    logger,
+		now:    now,
+		ctx:    bctx,
+		cancel: cancel,
+		idle:   make(chan *link, cfg.senders),
+		subs:   make(map[*stompSub]struct{}),
 	}
-	b.ensureBeforeSend.Store(cfg.dialect == dialectArtemis)
+	d, err := newDialect(b)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("broker: url %s: %w", cfg.redacted, err)
+	}
+	b.dialect = d
 	// One synchronous dial tells a wrong password or a non-STOMP port apart from a
 	// broker that is merely down: the first fails Open, the second does not.
 	first, err := b.dial(ctx, "sender-1")
@@ -131,14 +163,10 @@ func (b *stompBroker) Send(ctx context.Context, msg Message) error {
 	if b.isClosed() {
 		return ErrClosed
 	}
-	if b.cfg.dialect == dialectActiveMQ && msg.Delay > 0 && !msg.Expires.IsZero() &&
-		!msg.Expires.After(time.Now().Add(msg.Delay)) {
-		// It would expire before it is due. A broker accepts and drops such a
-		// message; Classic cannot be told (see sendHeaders), so it is not sent
-		// and the caller hears why, to record it as expired.
-		return ErrExpired
+	if err := b.dialect.unsendable(msg, time.Now()); err != nil {
+		return err
 	}
-	dest := b.cfg.destination(msg.Destination)
+	dest := b.dialect.destination(msg.Destination)
 	opts := []func(*frame.Frame) error{stomp.SendOpt.Receipt, b.sendHeaders(msg)}
 	var lastErr error
 	for attempt := 0; ; attempt++ {
@@ -148,7 +176,7 @@ func (b *stompBroker) Send(ctx context.Context, msg Message) error {
 				return sendError(dest, ctx.Err(), lastErr)
 			}
 		}
-		if err := b.ensureOnce(ctx, msg.Destination); err != nil {
+		if err := b.dialect.beforeSend(ctx, msg.Destination); err != nil {
 			// Not a verdict on the message (a management permission, a taken
 			// queue name): it waits, as during an outage, and the log says why.
 			if errors.Is(err, ErrClosed) || ctx.Err() != nil {
@@ -166,50 +194,14 @@ func (b *stompBroker) Send(ctx context.Context, msg Message) error {
 		case errors.Is(err, ErrClosed), ctx.Err() != nil:
 			return sendError(dest, err, lastErr)
 		case isRefusal(err):
-			return refusedByBroker(fmt.Errorf("broker: %s refused the message: %w", b.cfg.dialect, err), refusalText(err))
+			return refusedError{
+				err:  fmt.Errorf("broker: %s refused the message: %w", b.cfg.dialect, err),
+				full: b.dialect.addressFull(refusalText(err)),
+			}
 		}
 		lastErr = err
 		b.log.DebugContext(ctx, "broker: send failed, retrying", "destination", dest,
 			"correlation_id", msg.CorrelationID, "attempt", attempt+1, "err", err)
-	}
-}
-
-// ensureOnce creates dest before this process first sends to it, unless
-// Prepare found that Artemis creates missing queues on a SEND: where it does
-// not, it answers the SEND with a RECEIPT and drops the message.
-// Concurrent first sends to one destination share one creation.
-func (b *stompBroker) ensureOnce(ctx context.Context, dest Destination) error {
-	if !b.ensureBeforeSend.Load() {
-		return nil
-	}
-	key := dest.FQQN()
-	for {
-		b.ensuredMu.Lock()
-		if _, done := b.ensured[key]; done {
-			b.ensuredMu.Unlock()
-			return nil
-		}
-		if wait, busy := b.ensuring[key]; busy {
-			b.ensuredMu.Unlock()
-			select {
-			case <-wait:
-				continue // done, or failed: then this send tries itself
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}
-		done := make(chan struct{})
-		b.ensuring[key] = done
-		b.ensuredMu.Unlock()
-		err := b.artemisCreateQueue(ctx, dest)
-		b.ensuredMu.Lock()
-		delete(b.ensuring, key)
-		if err == nil {
-			b.ensured[key] = struct{}{}
-		}
-		b.ensuredMu.Unlock()
-		close(done)
-		return err
 	}
 }
 
@@ -258,64 +250,12 @@ func (b *stompBroker) sendOnce(ctx context.Context, dest string, body []byte, op
 // sendHeaders sets every header of a SEND frame but destination, receipt and
 // content-length, which go-stomp owns.
 func (b *stompBroker) sendHeaders(msg Message) func(*frame.Frame) error {
-	headers := encodeHeaders(msg)
-	if b.cfg.dialect == dialectActiveMQ && msg.Delay > 0 && !msg.Expires.IsZero() {
-		// ActiveMQ Classic fires a scheduled message with a new timestamp and the
-		// same time to live (expires - timestamp), which moves the expiry by the
-		// delay (measured on 5.17). Sending it that much earlier lands it where
-		// asked, late by the scheduler's lateness at most; deliveries past
-		// Expires are dropped by the subscription.
-		early := strconv.FormatInt(msg.Expires.UnixMilli()-delayMillis(msg.Delay), 10)
-		headers = append(headers, [2]string{HeaderExpires, early})
-	}
-	if b.cfg.dialect == dialectArtemis {
-		// Artemis auto-creates addresses with its default routing type (MULTICAST
-		// unless configured otherwise); these queues are point-to-point.
-		headers = append(headers, [2]string{"destination-type", "ANYCAST"})
-	}
+	headers := b.dialect.sendHeaders(msg, encodeHeaders(msg))
 	return func(f *frame.Frame) error {
 		for _, h := range headers {
 			f.Header.Set(h[0], h[1])
 		}
 		return nil
-	}
-}
-
-// destination is the STOMP destination of d. Classic 5.17 reads a name without
-// prefix as a queue as well (checked), but older Classic versions refuse it, so
-// the prefix is explicit.
-func (cfg stompConfig) destination(d Destination) string {
-	if cfg.dialect == dialectActiveMQ {
-		return "/queue/" + d.FQQN()
-	}
-	return d.FQQN()
-}
-
-// consumerWindow is Artemis' consumer-window-size for a prefetch of n messages.
-// Artemis counts the bytes of the MESSAGE frames it sends and sends while any
-// are left, so n messages are budgeted windowPerMessage bytes each (see
-// defaultWindowPerMessage) and the consumer holds about n messages of that
-// size, one more at most. n = 1 maps to 0, which Artemis reads as "one
-// unacknowledged message at a time". Artemis parses the header as an int32.
-func (cfg stompConfig) consumerWindow(prefetch int) int {
-	if prefetch <= 1 {
-		return 0
-	}
-	return int(min(int64(prefetch)*int64(cfg.windowPerMessage), math.MaxInt32))
-}
-
-// subscribeOptions are the SUBSCRIBE headers besides destination, ack and id.
-// Never a receipt: go-stomp closes the subscription's channel on the RECEIPT and
-// panics on the next MESSAGE.
-func (cfg stompConfig) subscribeOptions(prefetch int) []func(*frame.Frame) error {
-	if cfg.dialect == dialectActiveMQ {
-		return []func(*frame.Frame) error{
-			stomp.SubscribeOpt.Header("activemq.prefetchSize", strconv.Itoa(prefetch)),
-		}
-	}
-	return []func(*frame.Frame) error{
-		stomp.SubscribeOpt.Header("subscription-type", "ANYCAST"),
-		stomp.SubscribeOpt.Header("consumer-window-size", strconv.Itoa(cfg.consumerWindow(prefetch))),
 	}
 }
 
@@ -361,9 +301,8 @@ func (b *stompBroker) forget(s *stompSub) {
 	delete(b.subs, s)
 }
 
-// EnsureQueue pre-creates dest on Artemis, whose auto-created queues are deleted
-// once empty and unconsumed. ActiveMQ Classic creates a queue on its first SEND
-// or SUBSCRIBE and never deletes it by itself, so there it only validates dest.
+// EnsureQueue makes sure dest exists where the broker would delete or never
+// create it (see the dialect's ensureQueue).
 func (b *stompBroker) EnsureQueue(ctx context.Context, dest Destination) error {
 	if err := validateDestination(dest); err != nil {
 		return err
@@ -371,22 +310,12 @@ func (b *stompBroker) EnsureQueue(ctx context.Context, dest Destination) error {
 	if b.isClosed() {
 		return ErrClosed
 	}
-	if b.cfg.dialect == dialectActiveMQ {
-		return nil
-	}
-	if err := b.artemisCreateQueue(ctx, dest); err != nil {
-		return err
-	}
-	b.ensuredMu.Lock()
-	b.ensured[dest.FQQN()] = struct{}{}
-	b.ensuredMu.Unlock()
-	return nil
+	return b.dialect.ensureQueue(ctx, dest)
 }
 
-// DeleteQueue destroys dest on Artemis (consumers are disconnected first). On
-// ActiveMQ Classic it is a no-op: Classic offers no way to delete a destination
-// over STOMP (only JMX, which is off); its messages stay until consumed or
-// expired. Close the subscriptions on dest first either way, or they recreate it.
+// DeleteQueue removes dest where the broker lets a client do so (see the
+// dialect's deleteQueue). Close the subscriptions on dest first, or they
+// recreate it.
 func (b *stompBroker) DeleteQueue(ctx context.Context, dest Destination) error {
 	if err := validateDestination(dest); err != nil {
 		return err
@@ -394,26 +323,16 @@ func (b *stompBroker) DeleteQueue(ctx context.Context, dest Destination) error {
 	if b.isClosed() {
 		return ErrClosed
 	}
-	if b.cfg.dialect == dialectActiveMQ {
-		return nil
-	}
-	b.ensuredMu.Lock()
-	delete(b.ensured, dest.FQQN())
-	b.ensuredMu.Unlock()
-	return b.artemisDestroyQueue(ctx, dest)
+	return b.dialect.deleteQueue(ctx, dest)
 }
 
-// Prepare checks Artemis's address settings and the broker.properties it
-// read (see artemisPrepare). ActiveMQ Classic has nothing the service can
-// read over STOMP; docs/operations.md lists what it needs.
+// Prepare checks what the broker lets a client read of its settings (see the
+// dialect's prepare).
 func (b *stompBroker) Prepare(ctx context.Context, addresses []string) ([]string, error) {
 	if b.isClosed() {
 		return nil, ErrClosed
 	}
-	if b.cfg.dialect == dialectActiveMQ {
-		return nil, nil
-	}
-	return b.artemisPrepare(ctx, addresses)
+	return b.dialect.prepare(ctx, addresses)
 }
 
 // Connected reports whether at least one sender connection is up.

@@ -359,7 +359,7 @@ func (l *link) connected() bool {
 			return true
 		}
 	}
-	return !l.refusedAt.IsZero() && time.Since(l.refusedAt) < refusalConnectedGrace
+	return !l.refusedAt.IsZero() && l.b.now().Sub(l.refusedAt) < refusalConnectedGrace
 }
 
 // afterRefusal records that a refusal ended the link's connection and
@@ -425,7 +425,7 @@ func (l *link) run(first *conn) {
 			// Whether a refusal ended it is settled before the link lets go
 			// of it, so that connected() has no gap (see there).
 			refused := c.wasRefused(refusalGrace)
-			immediate := refused && l.afterRefusal(time.Now())
+			immediate := refused && l.afterRefusal(l.b.now())
 			l.set(nil)
 			close(c.gone)
 			_ = c.sock.Close()

@@ -2,7 +2,10 @@ package broker_test
 
 import (
 	"context"
+	"fmt"
+	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -14,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roomhub/messaging-api/api/apitest"
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/broker/brokertest"
 )
@@ -124,15 +128,24 @@ func testLogger(t *testing.T) *slog.Logger {
 // TestStompIdleConnectionsSurviveHeartbeats: idle connections must stay up on
 // heart-beats alone. ActiveMQ Classic sends its first heart-beat only after
 // twice the negotiated interval, which kills go-stomp connections that use the
-// interval as read timeout (see connectOptions).
+// interval as read timeout (see connectOptions). The connections go through
+// a relay that says when the broker's heart-beats arrive.
 func TestStompIdleConnectionsSurviveHeartbeats(t *testing.T) {
 	u, err := url.Parse(brokerTestURL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
+	relay := newBeatRelay(t, u.Host)
+	u.Host = relay.addr
 	q := u.Query()
 	q.Set("heartbeat", "1s")
+	q.Set("senders", "2")
 	u.RawQuery = q.Encode()
+	const (
+		conns = 3 // 2 senders and a subscription
+		// idle > 3 × 1s, go-stomp's read timeout, and > 2 × 1s, Classic's first heart-beat.
+		idle = 4 * time.Second
+	)
 
 	var logs syncBuffer
 	b, err := broker.Open(t.Context(), u.String(), slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn})))
@@ -147,10 +160,11 @@ func TestStompIdleConnectionsSurviveHeartbeats(t *testing.T) {
 	}
 	defer sub.Close()
 
-	time.Sleep(5 * time.Second) // > 3 × 1s, the read timeout, and > 2 × 1s, Classic's first heart-beat
-
-	if strings.Contains(logs.String(), "connection lost") {
-		t.Errorf("idle connections were dropped:\n%s", logs.String())
+	apitest.Eventually(t, fmt.Sprintf("a heart-beat %s after CONNECTED on each of %d idle connections", idle, conns), func() bool {
+		return relay.closed() > 0 || relay.beatenFor(idle) >= conns
+	})
+	if n := relay.closed(); n > 0 || strings.Contains(logs.String(), "connection lost") {
+		t.Fatalf("%d idle connections were closed:\n%s", n, logs.String())
 	}
 	if err := b.Send(t.Context(), broker.Message{Destination: dest, Body: []byte("still there"), Attempt: 1}); err != nil {
 		t.Fatalf("Send: %v", err)
@@ -163,6 +177,119 @@ func TestStompIdleConnectionsSurviveHeartbeats(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("no delivery after the idle period")
 	}
+}
+
+// beatRelay relays TCP connections to a broker and notes on each when the
+// broker sent its CONNECTED frame and when, after it, an end of line: on a
+// connection that carries no other frame, a heart-beat.
+type beatRelay struct {
+	addr string
+
+	mu    sync.Mutex
+	conns []*relayedConn
+}
+
+type relayedConn struct {
+	connected, lastBeat time.Time // zero until then
+	closed              bool
+}
+
+func newBeatRelay(t *testing.T, target string) *beatRelay {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := &beatRelay{addr: ln.Addr().String()}
+	var open []net.Conn
+	t.Cleanup(func() {
+		_ = ln.Close()
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		for _, c := range open {
+			_ = c.Close()
+		}
+	})
+	go func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			server, err := net.Dial("tcp", target)
+			if err != nil {
+				_ = client.Close()
+				continue
+			}
+			c := &relayedConn{}
+			r.mu.Lock()
+			r.conns = append(r.conns, c)
+			open = append(open, client, server)
+			r.mu.Unlock()
+			go func() {
+				_, _ = io.Copy(server, client)
+				_ = server.Close()
+			}()
+			go r.watch(c, server, client)
+		}
+	}()
+	return r
+}
+
+// watch copies what the broker sends to the client, noting the times.
+func (r *beatRelay) watch(c *relayedConn, server, client net.Conn) {
+	defer func() {
+		r.mu.Lock()
+		c.closed = true
+		r.mu.Unlock()
+		_ = client.Close()
+	}()
+	buf := make([]byte, 4096)
+	for {
+		n, err := server.Read(buf)
+		now := time.Now()
+		r.mu.Lock()
+		for _, b := range buf[:n] {
+			switch {
+			case c.connected.IsZero():
+				if b == 0 {
+					c.connected = now
+				}
+			case b == '\n':
+				c.lastBeat = now
+			}
+		}
+		r.mu.Unlock()
+		if _, werr := client.Write(buf[:n]); werr != nil || err != nil {
+			return
+		}
+	}
+}
+
+// beatenFor counts the connections with a heart-beat at least d after CONNECTED.
+func (r *beatRelay) beatenFor(d time.Duration) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, c := range r.conns {
+		if !c.connected.IsZero() && c.lastBeat.Sub(c.connected) >= d {
+			n++
+		}
+	}
+	return n
+}
+
+// closed counts the connections either side has closed.
+func (r *beatRelay) closed() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, c := range r.conns {
+		if c.closed {
+			n++
+		}
+	}
+	return n
 }
 
 type syncBuffer struct {

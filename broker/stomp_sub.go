@@ -52,7 +52,7 @@ func newStompSub(b *stompBroker, dest Destination, prefetch int) *stompSub {
 	return &stompSub{
 		b:          b,
 		dest:       dest,
-		stompDest:  b.cfg.destination(dest),
+		stompDest:  b.dialect.destination(dest),
 		prefetch:   prefetch,
 		name:       "consumer " + dest.FQQN(),
 		out:        make(chan *Delivery),
@@ -79,20 +79,12 @@ func (s *stompSub) setConn(c *conn, w *window) {
 	s.cur, s.win = c, w
 }
 
-// Full implements Subscription. Artemis sends while any of its window is
-// left, and reads a window of 0 as one byte.
+// Full implements Subscription; the dialect knows how the broker counts.
 func (s *stompSub) Full() bool {
 	s.mu.Lock()
 	w := s.win
 	s.mu.Unlock()
-	switch {
-	case w == nil:
-		return false
-	case s.b.cfg.dialect == dialectActiveMQ:
-		return w.count.Load() >= int64(s.prefetch)
-	default:
-		return w.bytes.Load() >= int64(max(s.b.cfg.consumerWindow(s.prefetch), 1))
-	}
+	return w != nil && s.b.dialect.full(w, s.prefetch)
 }
 
 // frameSize is the size of m's MESSAGE frame as Artemis counts it against the
@@ -139,7 +131,7 @@ func (s *stompSub) run() {
 
 // consume subscribes on c and delivers until c dies (true) or Close (false).
 func (s *stompSub) consume(c *conn, subscribed func()) (lost bool) {
-	sub, err := c.sc.Subscribe(s.stompDest, stomp.AckClientIndividual, s.b.cfg.subscribeOptions(s.prefetch)...)
+	sub, err := c.sc.Subscribe(s.stompDest, stomp.AckClientIndividual, s.b.dialect.subscribeOptions(s.prefetch)...)
 	if err != nil {
 		c.sock.kill(fmt.Errorf("subscribe: %w", err))
 		s.b.connectionLost(s.name, c, err)
@@ -186,7 +178,7 @@ func (s *stompSub) consume(c *conn, subscribed func()) (lost bool) {
 			queue = queue[1:]
 		case <-expiry:
 			// Expired while waiting for the reader, or delivered by a broker whose
-			// expiry check came too early (Classic, see sendHeaders): never
+			// expiry check came too early (Classic, see activeMQ.sendHeaders): never
 			// delivered, acked so that the broker forgets it. Not acked from this
 			// goroutine: it must keep draining go-stomp meanwhile.
 			expired := head

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-stomp/stomp/v3/frame"
 
+	"github.com/roomhub/messaging-api/api/apitest"
 	"github.com/roomhub/messaging-api/broker"
 )
 
@@ -82,7 +83,7 @@ func TestStompSendDuringOutage(t *testing.T) {
 	msg := broker.Message{Destination: dest, Body: []byte("x"), Attempt: 1}
 
 	fs.pause()
-	waitFor(t, "Connected() = false", func() bool { return !b.Connected() })
+	apitest.Eventually(t, "Connected() = false", func() bool { return !b.Connected() })
 
 	short, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
@@ -90,24 +91,43 @@ func TestStompSendDuringOutage(t *testing.T) {
 		t.Errorf("Send during an outage with a short context: %v, want DeadlineExceeded (and no refusal)", err)
 	}
 
+	ctx := newStartedCtx(testCtx(t))
 	done := make(chan error, 1)
-	go func() { done <- b.Send(testCtx(t), msg) }()
-	time.Sleep(300 * time.Millisecond)
-	select {
-	case err := <-done:
-		t.Fatalf("Send returned during the outage: %v", err)
-	default:
-	}
+	go func() { done <- b.Send(ctx, msg) }()
+	<-ctx.started
+	from := len(fs.recorded())
 	fs.resume()
 	select {
 	case err := <-done:
 		if err != nil {
-			t.Fatalf("Send after the broker came back: %v", err)
+			t.Fatalf("Send issued during the outage: %v", err)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Send did not return after the broker came back")
 	}
-	waitFor(t, "Connected() = true", b.Connected)
+	// It returned once the broker had the message: not earlier, during the
+	// outage, without it.
+	fs.waitFrame(from, time.Second, func(r recorded) bool {
+		return r.frame.Command == frame.SEND && r.frame.Header.Get(frame.Destination) == "room-1::subscription-2"
+	})
+	apitest.Eventually(t, "Connected() = true", b.Connected)
+}
+
+// startedCtx tells when a call first asks for its Done channel: it has
+// started, and waits or can wait on it.
+type startedCtx struct {
+	context.Context
+	once    sync.Once
+	started chan struct{}
+}
+
+func newStartedCtx(ctx context.Context) *startedCtx {
+	return &startedCtx{Context: ctx, started: make(chan struct{})}
+}
+
+func (c *startedCtx) Done() <-chan struct{} {
+	c.once.Do(func() { close(c.started) })
+	return c.Context.Done()
 }
 
 // TestStompReceiptTimeout: a broker that never confirms a SEND gets its
@@ -206,16 +226,16 @@ func TestStompRefusal(t *testing.T) {
 // broker says so in the ERROR frame's message header or only in its body
 // (as Artemis does, under a generic header).
 func TestStompRefusalAddressFull(t *testing.T) {
-	for _, tc := range []struct{ header, body string }{
+	for _, tc := range []struct{ dialect, header, body string }{
 		// Artemis, address-full-policy FAIL: the cause is in the body.
-		{"AMQ339011: Error sending message CoreMessage[messageID=0]", `ActiveMQAddressFullException[errorType=ADDRESS_FULL message=AMQ229102: Address "room-1" is full. Message encode size = 321B]`},
+		{"artemis", "AMQ339011: Error sending message CoreMessage[messageID=0]", `ActiveMQAddressFullException[errorType=ADDRESS_FULL message=AMQ229102: Address "room-1" is full. Message encode size = 321B]`},
 		// ActiveMQ Classic, sendFailIfNoSpace.
-		{"Usage Manager Memory Limit reached. Stopping producer (ID:x) to prevent flooding queue://q. See http://activemq.apache.org/producer-flow-control.html for more info",
+		{"activemq", "Usage Manager Memory Limit reached. Stopping producer (ID:x) to prevent flooding queue://q. See http://activemq.apache.org/producer-flow-control.html for more info",
 			"javax.jms.ResourceAllocationException: Usage Manager Memory Limit reached.\n\tat org.apache.activemq.broker.region.Queue.send(Queue.java:731)"},
 	} {
 		fs := newFakeStomp(t)
-		refuseSends(fs, tc.header, tc.body, notManagement)
-		b := openFake(t, fs, "dialect=artemis")
+		refuseSends(fs, tc.header, tc.body, func(dest string) bool { return dest != "activemq.management" })
+		b := openFake(t, fs, "dialect="+tc.dialect)
 		err := b.Send(testCtx(t), broker.Message{Destination: broker.Destination{Address: "a", Queue: "q"}, Body: []byte("x"), Attempt: 1})
 		if !errors.Is(err, broker.ErrRefused) || !errors.Is(err, broker.ErrFull) {
 			t.Errorf("refused with %q: %v, want it to match broker.ErrRefused and broker.ErrFull", tc.header, err)
@@ -230,7 +250,10 @@ func TestStompRefusalAddressFull(t *testing.T) {
 func TestStompRefusalsRedialAtOnce(t *testing.T) {
 	fs := newFakeStomp(t)
 	refuseSends(fs, "AMQ229017: Queue q does not exist", "details", func(dest string) bool { return dest == "bad::q" })
-	b := openFake(t, fs, "dialect=artemis&senders=1")
+	clock := apitest.NewClock(time.Now())
+	b := openFakeWith(t, fs, "dialect=artemis&senders=1", func(ctx context.Context, raw string, log *slog.Logger) (broker.Broker, error) {
+		return broker.OpenWithClock(ctx, raw, log, clock.Now)
+	})
 	bad := broker.Message{Destination: broker.Destination{Address: "bad", Queue: "q"}, Body: []byte("x"), Attempt: 1}
 	start := time.Now()
 	for i := range 8 {
@@ -249,10 +272,10 @@ func TestStompRefusalsRedialAtOnce(t *testing.T) {
 	// the dying one, it was never answered (a 500 ms stall, and a go-stomp
 	// goroutine waiting for its receipt for good).
 	good := broker.Message{Destination: broker.Destination{Address: "good", Queue: "q"}, Body: []byte("x"), Attempt: 1}
-	time.Sleep(time.Second) // a new second of immediate redials (see below)
+	clock.Advance(time.Second) // a new second of immediate redials (see below)
 	var slowest time.Duration
 	for range 30 {
-		time.Sleep(100 * time.Millisecond) // under 10 refusals a second
+		clock.Advance(100 * time.Millisecond) // 10 refusals a second, the most redialed at once
 		if err := b.Send(testCtx(t), bad); !errors.Is(err, broker.ErrRefused) {
 			t.Fatalf("send: %v, want a refusal", err)
 		}
@@ -270,7 +293,7 @@ func TestStompRefusalsRedialAtOnce(t *testing.T) {
 	}
 	// Past 10 a second, the redials back off as after failures (50–100 ms,
 	// then doubling): a storm of refusals is not a storm of connects.
-	time.Sleep(time.Second)
+	clock.Advance(time.Second)
 	start = time.Now()
 	for i := range 15 {
 		if err := b.Send(testCtx(t), bad); !errors.Is(err, broker.ErrRefused) {
@@ -331,36 +354,30 @@ func TestStompCloseLeavesNoGoroutines(t *testing.T) {
 				t.Fatal(err)
 			}
 			if tc.drop {
-				fs.dropConnections()
-				time.Sleep(50 * time.Millisecond)
+				fs.pause() // the connections drop and cannot come back
+				apitest.Eventually(t, "Connected() = false", func() bool { return !b.Connected() })
 			}
 			if err := b.Close(); err != nil {
 				t.Fatal(err)
 			}
+			logGoroutinesOnFailure(t)
 			// go-stomp's readers, blocked in watchedConn.Read on sockets Close has
 			// closed, end by themselves; anything else of the package must be gone.
 			// A goroutine Close waited for may still be returning from its last
 			// frame (seen in CI: runnable at the closing brace, after wg.Done), so
 			// the check allows the scheduler a moment, not the goroutine.
-			var left []string
-			for deadline := time.Now().Add(time.Second); ; time.Sleep(10 * time.Millisecond) {
-				left = left[:0]
+			apitest.Eventually(t, "every goroutine of the broker to end after Close", func() bool {
 				for _, g := range goroutines() {
 					if strings.Contains(g, "messaging-api/broker.") && !strings.Contains(g, "watchedConn") {
-						left = append(left, g)
+						return false
 					}
 				}
-				if len(left) == 0 || time.Now().After(deadline) {
-					break
-				}
-			}
-			for _, g := range left {
-				t.Errorf("goroutine of the broker still running after Close:\n%s", g)
-			}
+				return true
+			})
 			for range sub.C() { // the unread message may still come, then the channel closes
 			}
 			fs.stop()
-			waitFor(t, "goroutines back to the count before Open", func() bool {
+			apitest.Eventually(t, "goroutines back to the count before Open", func() bool {
 				return runtime.NumGoroutine() <= before
 			})
 		})
@@ -372,18 +389,20 @@ func TestStompCloseLeavesNoGoroutines(t *testing.T) {
 // its 16-message channel is full, so the subscription drains it at once.
 func TestStompSlowReader(t *testing.T) {
 	fs := newFakeStomp(t)
-	b := openFake(t, fs, "dialect=artemis")
+	// Classic counts its prefetch in messages: Full says when the
+	// subscription has taken all 100 off go-stomp's channel.
+	b := openFake(t, fs, "dialect=activemq")
 	ctx := testCtx(t)
 	dest := broker.Destination{Address: "room-1", Queue: "subscription-2"}
-	sub, err := b.Subscribe(ctx, dest, broker.SubscribeOptions{Prefetch: 1})
+	sub, err := b.Subscribe(ctx, dest, broker.SubscribeOptions{Prefetch: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
 	fs.waitFrame(0, 5*time.Second, isCommand(frame.SUBSCRIBE))
-	for i := range 100 { // far more than go-stomp buffers, and a broker would send
-		fs.deliver("room-1::subscription-2", []string{"x-n", strconv.Itoa(i)}, []byte("m"))
+	for i := range 100 { // far more than go-stomp buffers
+		fs.deliver("/queue/room-1::subscription-2", []string{"x-n", strconv.Itoa(i)}, []byte("m"))
 	}
-	time.Sleep(200 * time.Millisecond) // let the frames pile up unread
+	apitest.Eventually(t, "all 100 messages taken in unread", sub.Full)
 	d := receiveFake(t, sub)
 	from := len(fs.recorded())
 	if err := d.Ack(ctx); err != nil {

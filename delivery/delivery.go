@@ -2,6 +2,9 @@
 // the attempts the push dispatcher and pulls record, the settlement that one
 // outcome writes, and the dead letters of copies that will not be
 // delivered. The features that deliver (push, pull) and the store share it.
+// It also serves what users do with the outcomes (Service): list, replay
+// (as new events, from attempt 1, through the outbox) and delete a
+// subscription's dead letters, and list its deliveries.
 package delivery
 
 import (

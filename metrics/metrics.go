@@ -1,8 +1,9 @@
 // Package metrics exposes the service's Prometheus metrics. cmd builds one
 // Metrics per process over a registry of its own and hands it to the features
 // as their observers (push.Observer, pull.Observer, publish.Observer,
-// publish.RelayObserver): the features declare those small interfaces and never
-// import this package, and this package imports no feature.
+// outbox.Observer, delivery.Observer): the features declare those small
+// interfaces and never import this package, and this package imports no
+// feature.
 //
 // Label cardinality is bounded by construction: no label carries an event,
 // message, correlation or subscription id. The one open-ended label is room
@@ -167,14 +168,14 @@ func (m *Metrics) Published(room string, events int, sends map[string]int) {
 	}
 }
 
-// Replayed implements push.ReplayObserver.
+// Replayed implements delivery.Observer.
 func (m *Metrics) Replayed(typ string, n int) {
 	if n > 0 {
 		m.replayed.WithLabelValues(typ).Add(float64(n))
 	}
 }
 
-// Relayed implements publish.RelayObserver.
+// Relayed implements outbox.Observer.
 func (m *Metrics) Relayed(result string, n int) {
 	if n > 0 {
 		m.relayed.WithLabelValues(result).Add(float64(n))

@@ -10,24 +10,28 @@ import (
 
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/message"
+	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/subscriptions"
 )
+
+// The outbox's relay is the hand-off a publish uses.
+var _ publish.HandOff = (*outbox.Relay)(nil)
 
 // handOffRelay is a relay that takes hand-offs while it has room.
 type handOffRelay struct {
 	free       int
 	notified   int
 	unreserved int
-	handed     []publish.Pending
-	lease      publish.Lease
+	handed     []outbox.Pending
+	lease      outbox.Lease
 }
 
 func (h *handOffRelay) Notify() { h.notified++ }
 
-func (h *handOffRelay) Reserve(n int) (publish.Lease, bool) {
+func (h *handOffRelay) Reserve(n int) (outbox.Lease, bool) {
 	if n > h.free {
-		return publish.Lease{}, false
+		return outbox.Lease{}, false
 	}
 	h.free -= n
 	return h.lease, true
@@ -35,7 +39,7 @@ func (h *handOffRelay) Reserve(n int) (publish.Lease, bool) {
 
 func (h *handOffRelay) Unreserve(n int) { h.free += n; h.unreserved += n }
 
-func (h *handOffRelay) HandOff(lease publish.Lease, p []publish.Pending) {
+func (h *handOffRelay) HandOff(lease outbox.Lease, p []outbox.Pending) {
 	if lease != h.lease {
 		panic("handed off under another lease")
 	}
@@ -45,12 +49,12 @@ func (h *handOffRelay) HandOff(lease publish.Lease, p []publish.Pending) {
 // leaseStore records the lease each publish was stored with, and fails when told.
 type leaseStore struct {
 	memEvents
-	leases []publish.Lease
+	leases []outbox.Lease
 	sends  []message.Send
 	fail   error
 }
 
-func (s *leaseStore) Publish(ctx context.Context, events []message.Event, sends []message.Send, lease publish.Lease) error {
+func (s *leaseStore) Publish(ctx context.Context, events []message.Event, sends []message.Send, lease outbox.Lease) error {
 	if s.fail != nil {
 		return s.fail
 	}
@@ -66,9 +70,10 @@ func (s *leaseStore) Publish(ctx context.Context, events []message.Event, sends 
 func TestPublishHandsOff(t *testing.T) {
 	ctx := context.Background()
 	now := func() time.Time { return time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC) }
-	relay := &handOffRelay{free: 3, lease: publish.Lease{Owner: "relay-1", Until: now().Add(time.Minute)}}
+	relay := &handOffRelay{free: 3, lease: outbox.Lease{Owner: "relay-1", Until: now().Add(time.Minute)}}
 	store := &leaseStore{}
-	svc := publish.NewService(fixedCatalog{}, fixedSubscribers{}, store, relay, broker.Destination{Address: "push", Queue: "dispatch"}, now)
+	svc := publish.NewService(publish.Deps{Catalog: fixedCatalog{}, Subscribers: fixedSubscribers{}, Store: store, Relay: relay,
+		PushQueue: broker.Destination{Address: "push", Queue: "dispatch"}, Now: now})
 	v2 := 2
 	in := publish.Input{EventType: "order.created", EventTypeVersion: &v2, Payload: json.RawMessage(`{"a": 1}`),
 		Attributes: map[string]string{"k": "v"}}
@@ -96,7 +101,7 @@ func TestPublishHandsOff(t *testing.T) {
 	if _, err := svc.Publish(ctx, "orders", []publish.Input{in}, "", false); err != nil {
 		t.Fatal(err)
 	}
-	if store.leases[1] != (publish.Lease{}) || len(relay.handed) != 2 || relay.notified != 1 {
+	if store.leases[1] != (outbox.Lease{}) || len(relay.handed) != 2 || relay.notified != 1 {
 		t.Errorf("full hand-off: lease %v, %d handed, notified %d; want no lease, 2, 1", store.leases[1], len(relay.handed), relay.notified)
 	}
 
@@ -124,20 +129,22 @@ func (noSubscribers) Subscriptions(context.Context, subscriptions.Query) ([]subs
 func TestPublishHandOffOff(t *testing.T) {
 	now := func() time.Time { return time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC) }
 	store := &leaseStore{fail: errors.New("database down")}
-	relay := publish.NewRelay(store, nil, publish.RelayConfig{Batch: 1, Concurrency: 1, Poll: time.Hour, Lease: time.Minute}, now, slog.New(slog.DiscardHandler))
+	relay := outbox.NewRelay(outbox.Config{Batch: 1, Concurrency: 1, Poll: time.Hour, Lease: time.Minute}, outbox.Deps{Now: now, Logger: slog.New(slog.DiscardHandler)})
 	in := publish.Input{EventType: "order.created", Payload: json.RawMessage(`{"orderId": "1"}`)}
 	for _, subs := range []publish.Subscribers{fixedSubscribers{}, noSubscribers{}} {
-		svc := publish.NewService(fixedCatalog{}, subs, store, relay, broker.Destination{Address: "push", Queue: "dispatch"}, now)
+		svc := publish.NewService(publish.Deps{Catalog: fixedCatalog{}, Subscribers: subs, Store: store, Relay: relay,
+			PushQueue: broker.Destination{Address: "push", Queue: "dispatch"}, Now: now})
 		if _, err := svc.Publish(context.Background(), "orders", []publish.Input{in}, "", false); err == nil {
 			t.Errorf("%T: publish worked although the store failed", subs)
 		}
 	}
 	store.fail = nil
-	svc := publish.NewService(fixedCatalog{}, fixedSubscribers{}, store, relay, broker.Destination{Address: "push", Queue: "dispatch"}, now)
+	svc := publish.NewService(publish.Deps{Catalog: fixedCatalog{}, Subscribers: fixedSubscribers{}, Store: store, Relay: relay,
+		PushQueue: broker.Destination{Address: "push", Queue: "dispatch"}, Now: now})
 	if _, err := svc.Publish(context.Background(), "orders", []publish.Input{in}, "", false); err != nil {
 		t.Fatal(err)
 	}
-	if store.leases[0] != (publish.Lease{}) {
+	if store.leases[0] != (outbox.Lease{}) {
 		t.Errorf("stored with lease %+v although the hand-off is off", store.leases[0])
 	}
 }

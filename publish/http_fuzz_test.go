@@ -17,6 +17,7 @@ import (
 	"github.com/roomhub/messaging-api/api/apitest"
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/message"
+	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/subscriptions"
@@ -142,8 +143,8 @@ type publishHarness struct {
 func newPublishHarness(extra map[int]string) publishHarness {
 	now := func() time.Time { return time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC) }
 	store := &memEvents{}
-	svc := publish.NewService(fixedCatalog{extra: extra}, fixedSubscribers{}, store, nopNotifier{},
-		broker.Destination{Address: "push", Queue: "dispatch"}, now)
+	svc := publish.NewService(publish.Deps{Catalog: fixedCatalog{extra: extra}, Subscribers: fixedSubscribers{}, Store: store,
+		Relay: nopRelay{}, PushQueue: broker.Destination{Address: "push", Queue: "dispatch"}, Now: now})
 	e := echo.New()
 	e.HTTPErrorHandler = api.ErrorHandler(slog.New(slog.DiscardHandler))
 	publish.Routes(e.Group("/v1"), svc)
@@ -212,9 +213,13 @@ func (fixedSubscribers) Subscriptions(context.Context, subscriptions.Query) ([]s
 	}, nil
 }
 
-type nopNotifier struct{}
+// nopRelay is a relay whose hand-off is off and that sends nothing.
+type nopRelay struct{}
 
-func (nopNotifier) Notify() {}
+func (nopRelay) Notify()                                {}
+func (nopRelay) Reserve(int) (outbox.Lease, bool)       { return outbox.Lease{}, false }
+func (nopRelay) Unreserve(int)                          {}
+func (nopRelay) HandOff(outbox.Lease, []outbox.Pending) {}
 
 // memEvents is the part of publish.Store the publish endpoints use; the
 // rest is embedded nil and panics if called, which the fuzz target reports.
@@ -223,7 +228,7 @@ type memEvents struct {
 	events []message.Event
 }
 
-func (m *memEvents) Publish(_ context.Context, events []message.Event, _ []message.Send, _ publish.Lease) error {
+func (m *memEvents) Publish(_ context.Context, events []message.Event, _ []message.Send, _ outbox.Lease) error {
 	for _, ev := range events {
 		if ev.IdempotencyKey == "" {
 			continue

@@ -18,18 +18,18 @@ import (
 	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/message"
+	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/subscriptions"
 )
 
 // Limits on a publish request.
 const (
-	MaxBatch             = 100
-	maxAttributes        = 32
-	maxAttributeValue    = 1024
-	maxCorrelationID     = 200
-	maxIdempotencyKey    = 200
-	idempotencyRetention = 24 * time.Hour
+	MaxBatch          = 100
+	maxAttributes     = 32
+	maxAttributeValue = 1024
+	maxCorrelationID  = 200
+	maxIdempotencyKey = 200
 )
 
 var (
@@ -52,36 +52,47 @@ type Subscribers interface {
 	Subscriptions(ctx context.Context, q subscriptions.Query) ([]subscriptions.Subscription, error)
 }
 
-// Notifier is told that pending sends were committed (the Relay).
+// Notifier is told that pending sends were committed.
 type Notifier interface{ Notify() }
 
 // HandOff is a relay that takes fresh sends in memory, so that they go to the
-// broker at once instead of waiting for a claim (the Relay). A publish
-// reserves a place for each send before it stores them leased to the relay,
-// and hands them over after the commit (or gives the places back if the
-// store failed); when no place is free it stores them unleased and notifies.
+// broker at once instead of waiting for a claim (outbox.Relay is one). A
+// publish reserves a place for each send before it stores them leased to the
+// relay, and hands them over after the commit (or gives the places back if
+// the store failed); when Reserve answers false (no place free, or the
+// hand-off is off) it stores them unleased and notifies.
 type HandOff interface {
 	Notifier
-	Reserve(n int) (Lease, bool)
+	Reserve(n int) (outbox.Lease, bool)
 	Unreserve(n int)
-	HandOff(lease Lease, p []Pending)
+	HandOff(lease outbox.Lease, p []outbox.Pending)
 }
 
-// Service publishes events.
-type Service struct {
-	catalog   Catalog
-	subs      Subscribers
-	store     Store
-	relay     Notifier
-	pushQueue broker.Destination
-	now       func() time.Time
-	schemas   schemaCache
-	limits    Limits
-	obs       Observer
-	// group stores concurrent small publishes in one transaction (nil: the
-	// store cannot).
-	group *groupCommit
+// Batch is one publish call's rows: its events, their sends, and the lease
+// of the sends' outbox rows.
+type Batch struct {
+	Events []message.Event
+	Sends  []message.Send
+	Lease  outbox.Lease
 }
+
+// BatchStore stores several publishes in one transaction: all of them or
+// none.
+type BatchStore interface {
+	PublishAll(ctx context.Context, batches []Batch) error
+}
+
+// Group commit bounds: a publish with more events than groupMaxEvents or
+// more sends than groupMaxSends is stored alone, in a transaction of its
+// own; one transaction takes at most groupMaxCalls publishes. Grouping
+// serialises the writes (one group at a time), which pays while rows are
+// few and costs throughput at a fan-out of 10
+// (docs/benchmarks.md#what-limits-each-figure).
+const (
+	groupMaxEvents = 4
+	groupMaxSends  = 4
+	groupMaxCalls  = 64
+)
 
 // Limits bound what a publisher may send.
 type Limits struct {
@@ -93,27 +104,60 @@ type Limits struct {
 	Take func(ctx context.Context, n int) error
 }
 
-// SetLimits sets the publish limits.
-func (s *Service) SetLimits(l Limits) { s.limits = l }
+// Deps is what a Service works with.
+type Deps struct {
+	Catalog     Catalog
+	Subscribers Subscribers
+	Store       Store
+	// Batches stores concurrent small publishes in one transaction (the
+	// store is one); nil stores each publish in a transaction of its own.
+	Batches BatchStore
+	// Relay is told of, or handed, the sends of each publish.
+	Relay HandOff
+	// PushQueue is where PUSH copies go.
+	PushQueue broker.Destination
+	Now       func() time.Time
+	Limits    Limits
+	// Observer sees every publish; nil: nothing does.
+	Observer Observer
+}
 
-// NewService wires a Service. PUSH copies go to pushQueue.
-func NewService(catalog Catalog, subs Subscribers, store Store, relay Notifier, pushQueue broker.Destination, now func() time.Time) *Service {
-	s := &Service{catalog: catalog, subs: subs, store: store, relay: relay, pushQueue: pushQueue, now: now, obs: nopObserver{}}
-	if bs, ok := store.(BatchStore); ok {
-		s.group = &groupCommit{store: bs, single: func(ctx context.Context, b Batch) error {
-			return store.Publish(ctx, b.Events, b.Sends, b.Lease)
-		}}
+// Service publishes events.
+type Service struct {
+	catalog   Catalog
+	subs      Subscribers
+	store     Store
+	relay     HandOff
+	pushQueue broker.Destination
+	now       func() time.Time
+	schemas   schemaCache
+	limits    Limits
+	obs       Observer
+	group     *outbox.GroupCommit[Batch]
+}
+
+// NewService wires a Service.
+func NewService(d Deps) *Service {
+	s := &Service{catalog: d.Catalog, subs: d.Subscribers, store: d.Store, relay: d.Relay, pushQueue: d.PushQueue,
+		now: d.Now, limits: d.Limits, obs: d.Observer}
+	if s.obs == nil {
+		s.obs = nopObserver{}
 	}
+	single := func(ctx context.Context, b Batch) error { return d.Store.Publish(ctx, b.Events, b.Sends, b.Lease) }
+	var all func(context.Context, []Batch) error
+	if d.Batches != nil {
+		all = d.Batches.PublishAll
+	}
+	s.group = outbox.NewGroupCommit(groupMaxCalls, all, single)
 	return s
 }
 
 // save stores one publish: a small one (up to four events and four
 // destinations, as the common POST …/messages) shares a transaction with the
-// small publishes that arrive while the previous one is being written
-// (groupCommit).
-func (s *Service) save(ctx context.Context, events []message.Event, sends []message.Send, lease Lease) error {
-	if s.group != nil && len(events) <= groupMaxEvents && len(sends) <= groupMaxSends {
-		return s.group.publish(ctx, Batch{Events: events, Sends: sends, Lease: lease})
+// small publishes that arrive while the previous one is being written.
+func (s *Service) save(ctx context.Context, events []message.Event, sends []message.Send, lease outbox.Lease) error {
+	if len(events) <= groupMaxEvents && len(sends) <= groupMaxSends {
+		return s.group.Commit(ctx, Batch{Events: events, Sends: sends, Lease: lease})
 	}
 	return s.store.Publish(ctx, events, sends, lease)
 }
@@ -233,16 +277,15 @@ func (s *Service) Publish(ctx context.Context, ref string, inputs []Input, idemp
 		}
 	}
 	var (
-		lease   Lease
+		lease   outbox.Lease
 		handing bool
 	)
-	hand, ok := s.relay.(HandOff)
-	if ok && len(sends) > 0 {
-		lease, handing = hand.Reserve(len(sends))
+	if len(sends) > 0 {
+		lease, handing = s.relay.Reserve(len(sends))
 	}
 	if err := s.save(ctx, events, sends, lease); err != nil {
 		if handing {
-			hand.Unreserve(len(sends))
+			s.relay.Unreserve(len(sends))
 		}
 		if errors.Is(err, ErrDuplicateKey) && idempotencyKey != "" {
 			// Another request with this key committed first: answer as it did.
@@ -254,7 +297,7 @@ func (s *Service) Publish(ctx context.Context, ref string, inputs []Input, idemp
 	}
 	switch {
 	case handing:
-		hand.HandOff(lease, pendingOf(events, sends))
+		s.relay.HandOff(lease, pendingOf(events, sends))
 	case len(sends) > 0:
 		s.relay.Notify()
 	}
@@ -267,14 +310,14 @@ func (s *Service) Publish(ctx context.Context, ref string, inputs []Input, idemp
 }
 
 // pendingOf pairs each send with its event.
-func pendingOf(events []message.Event, sends []message.Send) []Pending {
+func pendingOf(events []message.Event, sends []message.Send) []outbox.Pending {
 	byID := make(map[uuid.UUID]int, len(events))
 	for i, ev := range events {
 		byID[ev.ID] = i
 	}
-	out := make([]Pending, len(sends))
+	out := make([]outbox.Pending, len(sends))
 	for i, sd := range sends {
-		out[i] = Pending{Send: sd, Event: events[byID[sd.EventID]]}
+		out[i] = outbox.Pending{Send: sd, Event: events[byID[sd.EventID]]}
 	}
 	return out
 }

@@ -11,8 +11,8 @@ import (
 
 	"github.com/roomhub/messaging-api/api/apitest"
 	"github.com/roomhub/messaging-api/app/apptest"
+	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/pull"
-	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
 
@@ -95,9 +95,9 @@ type logRow struct {
 // waitLog waits until the delivery log of event is rows (attempts 1, 2, …):
 // a settled row is written in the same transaction as the settlement, but a
 // "sent" may lag behind the broker by the relay's mark.
-func (s sub) waitLog(event string, rows ...logRow) []push.DeliveryResponse {
+func (s sub) waitLog(event string, rows ...logRow) []delivery.DeliveryResponse {
 	s.C.T.Helper()
-	var got []push.DeliveryResponse
+	var got []delivery.DeliveryResponse
 	match := func() bool {
 		got = s.Deliveries(event)
 		if len(got) != len(rows) {
@@ -396,7 +396,7 @@ func TestPullDeadLetterAndReplay(t *testing.T) {
 	sub.wantTimeline(p.EventID, rows...)
 	sub.PullNone(800)
 
-	var rep push.ReplayResponse
+	var rep delivery.ReplayResponse
 	c.CallJSON("POST", sub.Path()+"/dead-letters/"+dl.ID+":replay", "", 202, &rep)
 	if len(rep.Replayed) != 1 || rep.Replayed[0].DeadLetterID != dl.ID || rep.Replayed[0].EventID == p.EventID {
 		t.Fatalf("replay answered %+v", rep)

@@ -235,8 +235,8 @@ func setup(t *testing.T) *harness {
 	}
 	t.Cleanup(func() { _ = h.broker.Close() })
 	h.consumer = &consumer{b: h.broker}
-	h.svc = NewService(h.dir, h.dir, h.consumer, h.store, h.relay, h.clock.Now, func() float64 { return 0.5 },
-		slog.New(slog.DiscardHandler)).Observe(h.obs)
+	h.svc = NewService(Deps{Subscriptions: h.dir, Directory: h.dir, Broker: h.consumer, Store: h.store, Relay: h.relay,
+		Now: h.clock.Now, Rand: func() float64 { return 0.5 }, Logger: slog.New(slog.DiscardHandler), Observer: h.obs})
 	return h
 }
 

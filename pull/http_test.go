@@ -22,11 +22,12 @@ import (
 	"github.com/roomhub/messaging-api/app"
 	"github.com/roomhub/messaging-api/app/apptest"
 	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/metrics"
+	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/pull"
-	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/store"
 	"github.com/roomhub/messaging-api/store/storetest"
 	"github.com/roomhub/messaging-api/subscriptions"
@@ -238,16 +239,16 @@ func wantAttempts(t *testing.T, what string, got []publish.AttemptResponse, want
 }
 
 // deadLetters lists s's dead letters, oldest first.
-func (s apiSub) deadLetters(t *testing.T) []push.DeadLetterResponse {
+func (s apiSub) deadLetters(t *testing.T) []delivery.DeadLetterResponse {
 	t.Helper()
 	r := s.a.Do("GET", s.path()+"/dead-letters", nil)
 	apptest.Want(t, r, http.StatusOK)
-	return apptest.Decode[api.List[push.DeadLetterResponse]](t, r).Items
+	return apptest.Decode[api.List[delivery.DeadLetterResponse]](t, r).Items
 }
 
 // checkDeadLetter fails unless dl is event ev's dead letter of s with this
 // reason, attempt count and last error.
-func checkDeadLetter(t *testing.T, dl push.DeadLetterResponse, s apiSub, ev loggedEvent, reason string, attempts int, lastError string) {
+func checkDeadLetter(t *testing.T, dl delivery.DeadLetterResponse, s apiSub, ev loggedEvent, reason string, attempts int, lastError string) {
 	t.Helper()
 	if dl.SubscriptionID != s.id.String() || dl.EventID != ev.EventID || dl.CorrelationID != ev.CorrelationID ||
 		dl.EventType != "tick" || dl.EventTypeVersion != ev.EventTypeVersion || string(dl.Payload) != string(ev.Payload) ||
@@ -407,7 +408,7 @@ func TestPullAPIAck(t *testing.T) {
 		wantAttempts(t, "past its deadline", readLog(t, a, e3).attempts(t, s), publish.AttemptResponse{Attempt: 1, Status: "pending"})
 		r := a.Do("GET", s.path()+"/deliveries", nil)
 		apptest.Want(t, r, http.StatusOK)
-		deliveries := apptest.Decode[api.List[push.DeliveryResponse]](t, r)
+		deliveries := apptest.Decode[api.List[delivery.DeliveryResponse]](t, r)
 		statuses := map[string]string{}
 		for _, d := range deliveries.Items {
 			statuses[d.EventID] = d.Status
@@ -478,7 +479,7 @@ func TestPullAPINack(t *testing.T) {
 
 			r := a.Do("GET", s.path()+"/deliveries", nil)
 			apptest.Want(t, r, http.StatusOK)
-			deliveries := apptest.Decode[api.List[push.DeliveryResponse]](t, r)
+			deliveries := apptest.Decode[api.List[delivery.DeliveryResponse]](t, r)
 			for _, d := range deliveries.Items {
 				if d.ID == att[k].ID {
 					if d.NextAttemptAt == nil {
@@ -519,7 +520,7 @@ func TestPullAPINack(t *testing.T) {
 		checkDeadLetter(t, dls[0], once, ev2, "attempts_exhausted", 1, "nacked")
 		r := a.Do("POST", once.path()+"/dead-letters/"+dls[0].ID+":replay", nil)
 		apptest.Want(t, r, http.StatusAccepted)
-		rep := apptest.Decode[push.ReplayResponse](t, r)
+		rep := apptest.Decode[delivery.ReplayResponse](t, r)
 		if len(rep.Replayed) != 1 {
 			t.Fatalf("replay answered %s, want one replayed event", r.Body)
 		}
@@ -827,9 +828,9 @@ func liveAPI(t *testing.T, d store.Dialect, subscribed chan<- struct{}) *apptest
 	logger := slog.New(slog.DiscardHandler)
 	b := broker.NewEmbedded(logger)
 	t.Cleanup(func() { _ = b.Close() })
-	cfg := publish.DefaultRelayConfig
+	cfg := outbox.DefaultConfig
 	cfg.Poll = 50 * time.Millisecond
-	relay := publish.NewRelay(db.Events(), b, cfg, app.Clock, logger)
+	relay := outbox.NewRelay(cfg, outbox.Deps{Store: db.Events(), Broker: b, Vacuum: db.Events(), Now: app.Clock, Logger: logger})
 	h, pullSvc := app.NewHandler(apptest.Config(), logger, db, subscribeSignal{b, subscribed}, relay, true, metrics.New(metrics.Options{}))
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup

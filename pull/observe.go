@@ -24,12 +24,6 @@ type nopObserver struct{}
 func (nopObserver) Handled(string, string, int, time.Duration) {}
 func (nopObserver) RetryScheduled(string, time.Duration)       {}
 
-// Observe makes o see every outcome; call it before serving.
-func (s *Service) Observe(o Observer) *Service {
-	s.obs = o
-	return s
-}
-
 // settled is a lease with the settlement decided for it.
 type settled struct {
 	lease Lease

@@ -27,7 +27,7 @@ type Directory interface {
 	PushTarget(ctx context.Context, roomID, subscriptionID uuid.UUID) (rooms.Room, subscriptions.Subscription, error)
 }
 
-// Notifier wakes the outbox relay to send new pending copies (publish.Relay is one).
+// Notifier wakes the outbox relay to send new pending copies (outbox.Relay is one).
 type Notifier interface{ Notify() }
 
 // Consumer is what a pull needs of the broker.
@@ -48,9 +48,29 @@ type Service struct {
 	obs    Observer
 }
 
-// NewService wires a Service. rand draws retry jitter (uniform in [0, 1)).
-func NewService(subs Subscriptions, dir Directory, b Consumer, store Store, relay Notifier, now func() time.Time, rand func() float64, logger *slog.Logger) *Service {
-	return &Service{subs: subs, dir: dir, broker: b, store: store, relay: relay, now: now, rand: rand, logger: logger, obs: nopObserver{}}
+// Deps is what a Service works with.
+type Deps struct {
+	Subscriptions Subscriptions
+	Directory     Directory
+	Broker        Consumer
+	Store         Store
+	Relay         Notifier
+	Now           func() time.Time
+	// Rand draws retry jitter (uniform in [0, 1)).
+	Rand   func() float64
+	Logger *slog.Logger
+	// Observer sees every outcome; nil: nothing does.
+	Observer Observer
+}
+
+// NewService wires a Service.
+func NewService(d Deps) *Service {
+	s := &Service{subs: d.Subscriptions, dir: d.Directory, broker: d.Broker, store: d.Store, relay: d.Relay, now: d.Now,
+		rand: d.Rand, logger: d.Logger, obs: d.Observer}
+	if s.obs == nil {
+		s.obs = nopObserver{}
+	}
+	return s
 }
 
 func (s *Service) pullable(ctx context.Context, roomRef, id string) (rooms.Room, subscriptions.Subscription, error) {

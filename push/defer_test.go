@@ -20,6 +20,7 @@ import (
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/message"
+	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/subscriptions"
 )
 
@@ -117,7 +118,7 @@ func TestSlowDeferralWaitsInTheOutbox(t *testing.T) {
 	settle := func(t *testing.T, held int, delay time.Duration, reason string) (delivery.Settlement, []uuid.UUID, []broker.Message, uuid.UUID) {
 		t.Helper()
 		b, log := &sendRecorder{}, &settleRecorder{}
-		p := New(DefaultConfig(queue), b, nil, log, nil, func() time.Time { return now }, logger)
+		p := New(DefaultConfig(queue), Deps{Broker: b, Log: log, Now: func() time.Time { return now }, Logger: logger})
 		d, sub := heldDelivery(queue, now, held)
 		dec := p.requeue(&job{key: sub, d: d}, delay, "deferred", reason)
 		if err := p.settle(context.Background(), d, &dec); err != nil {
@@ -138,8 +139,8 @@ func TestSlowDeferralWaitsInTheOutbox(t *testing.T) {
 		t.Run(fmt.Sprintf("slow, deferral %d", held+1), func(t *testing.T) {
 			delay := defer1 << held
 			s, marked, msgs, sub := settle(t, held, delay, deferSlow)
-			if s.Owner != ParkedOwner(sub) || !s.Until.Equal(now.Add(delay)) {
-				t.Errorf("copy leased to %q until %s; want parked (%q) until %s", s.Owner, s.Until, ParkedOwner(sub), now.Add(delay))
+			if s.Owner != outbox.ParkedOwner(sub) || !s.Until.Equal(now.Add(delay)) {
+				t.Errorf("copy leased to %q until %s; want parked (%q) until %s", s.Owner, s.Until, outbox.ParkedOwner(sub), now.Add(delay))
 			}
 			if len(msgs) != 0 || len(marked) != 0 {
 				t.Errorf("the dispatcher sent %d messages and marked %v sent; the outbox relay sends a parked copy", len(msgs), marked)
@@ -163,7 +164,7 @@ func TestSlowDeferralWaitsInTheOutbox(t *testing.T) {
 				t.Fatalf("%d sends; want the copy sent to the broker's scheduler", len(msgs))
 			}
 			m := msgs[0]
-			if strings.HasPrefix(s.Owner, ParkedPrefix) || !s.Until.Equal(now.Add(time.Minute)) ||
+			if strings.HasPrefix(s.Owner, outbox.ParkedPrefix) || !s.Until.Equal(now.Add(time.Minute)) ||
 				m.Headers[message.HeaderHeld] != strconv.Itoa(tc.held+1) || m.Delay != tc.delay || m.Attempt != 3 ||
 				len(marked) != 1 || marked[0] != s.Resend.ID {
 				t.Errorf("copy %+v leased to %q until %s, sent with x-held %q, delay %s, attempt %d, marked %v",
@@ -211,7 +212,7 @@ func TestParkedCopiesReleasedWhenQuickAgain(t *testing.T) {
 		settled, _ := log.snapshot()
 		n := 0
 		for _, s := range settled {
-			if s.Resend != nil && s.Owner == ParkedOwner(sub.ID) {
+			if s.Resend != nil && s.Owner == outbox.ParkedOwner(sub.ID) {
 				n++
 			}
 		}
@@ -255,7 +256,7 @@ func TestParkedCopiesReleasedWhenQuickAgain(t *testing.T) {
 // past halfway to the message's expiry.
 func TestSlowDelay(t *testing.T) {
 	t.Parallel()
-	p := New(DefaultConfig(broker.Destination{Address: "push", Queue: "push"}), nil, nil, nil, nil, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	p := New(DefaultConfig(broker.Destination{Address: "push", Queue: "push"}), Deps{Now: time.Now, Logger: slog.New(slog.DiscardHandler)})
 	s := time.Second
 	for _, tc := range []struct {
 		held             int
@@ -345,7 +346,7 @@ func TestDeferralsStretchWithTheHang(t *testing.T) {
 	// The hang is timed from the first request's start, a little after the
 	// first send.
 	for _, st := range copies {
-		if c := st.Resend; c.ScheduledDelay < hung-250*time.Millisecond || c.ScheduledDelay > d.parkedDelay() || st.Owner != ParkedOwner(sub) {
+		if c := st.Resend; c.ScheduledDelay < hung-250*time.Millisecond || c.ScheduledDelay > d.parkedDelay() || st.Owner != outbox.ParkedOwner(sub) {
 			t.Errorf("a message deferred after the endpoint hung %s waits %s leased to %q; want about %s, at most %s, parked", hung, c.ScheduledDelay, st.Owner, hung, d.parkedDelay())
 		}
 	}

@@ -18,8 +18,8 @@ import (
 
 	"github.com/roomhub/messaging-api/api/apitest"
 	"github.com/roomhub/messaging-api/app/apptest"
+	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/publish"
-	"github.com/roomhub/messaging-api/push"
 )
 
 // The tests of this file run the whole service (apptest.StartService: the
@@ -184,7 +184,7 @@ func TestPushAttemptsExhaustedAndReplay(t *testing.T) {
 
 	// Replay one after the receiver is fixed: delivered as a new event.
 	hookStatus.Store(200)
-	var replay push.ReplayResponse
+	var replay delivery.ReplayResponse
 	c.CallJSON("POST", sub.Path()+"/dead-letters/"+dl.ID+":replay", "", 202, &replay)
 	if len(replay.Replayed) != 1 || replay.Replayed[0].DeadLetterID != dl.ID || replay.Replayed[0].CorrelationID != "exhaust-1" {
 		t.Fatalf("replay answered %+v", replay)
@@ -206,7 +206,7 @@ func TestPushAttemptsExhaustedAndReplay(t *testing.T) {
 	}
 
 	// deadLetterTwo makes two more dead letters.
-	deadLetterTwo := func() []push.DeadLetterResponse {
+	deadLetterTwo := func() []delivery.DeadLetterResponse {
 		t.Helper()
 		hookStatus.Store(500)
 		before := h.Count()
@@ -671,7 +671,7 @@ func testPushSlowDeferralsComeBack(t *testing.T, env map[string]string) {
 	// while the endpoint still hung is deferred again), then the copy
 	// delivered, all as attempt 1.
 	for event := range deferred {
-		var ds []push.DeliveryResponse
+		var ds []delivery.DeliveryResponse
 		apitest.EventuallyWithin(t, 5*time.Second, "event "+event+" delivered after its deferrals", func() bool {
 			ds = sub.Deliveries(event)
 			if len(ds) < 2 || ds[len(ds)-1].Status != "delivered" {

@@ -17,6 +17,7 @@ import (
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/message"
+	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/retry"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/subscriptions"
@@ -32,24 +33,19 @@ type Log interface {
 	Settle(ctx context.Context, s delivery.Settlement) error
 	MarkSent(ctx context.Context, ids []uuid.UUID, at time.Time) error
 	Release(ctx context.Context, ids []uuid.UUID) error
-	// ReleaseParked ends the leases of the subscription's parked copies
-	// (those leased to ParkedOwner(subscription)) at at, so that the outbox
-	// relay sends them at its next claim, with no delay left (a copy's
-	// scheduled delay becomes what it waited), and returns how many it
-	// released.
-	ReleaseParked(ctx context.Context, subscription uuid.UUID, at time.Time) (int, error)
+	// ReleaseParked ends the leases of a subscription's parked copies (see
+	// outbox.ParkedOwner).
+	outbox.ParkedStore
 }
 
-// ParkedPrefix begins the outbox lease holder of every parked copy.
-const ParkedPrefix = "parked:"
+// BatchLog stores many outcomes in one transaction (one fsync instead of
+// one per message).
+type BatchLog interface {
+	SettleAll(ctx context.Context, ss []delivery.Settlement) error
+}
 
-// ParkedOwner is the outbox lease holder of a slow subscription's parked
-// copies: deferred messages that wait in the outbox, not in the broker's
-// scheduler, until their deferral ends (or the subscription answers quickly
-// again). The lease's end, not its holder, makes a copy claimable; the holder
-// names the subscription so that its copies can be released at once, and
-// tells them apart from rows a relay is sending.
-func ParkedOwner(subscription uuid.UUID) string { return ParkedPrefix + subscription.String() }
+// maxCommitBatch bounds the outcomes one transaction stores.
+const maxCommitBatch = 128
 
 // parkDeferrals is how many deferrals in a row of one message may wait in
 // the outbox (1, 2 and 4 s with the default DeferDelay; see slowDelay);
@@ -158,6 +154,30 @@ func DefaultConfig(queue broker.Destination) Config {
 	}
 }
 
+// Deps is what a Dispatcher works with.
+type Deps struct {
+	Broker    Broker
+	Directory Directory
+	Log       Log
+	// Batches stores the outcomes that arrive together in one transaction
+	// (the store is one); nil stores each alone.
+	Batches BatchLog
+	Client  *http.Client
+	Now     func() time.Time
+	Logger  *slog.Logger
+	// Observer sees every outcome; nil: nothing does.
+	Observer Observer
+	// Ping, when set, is called every PingEvery (a second if 0), and at once
+	// after any failure to store an outcome: while it fails, Run takes no
+	// message. Nil: Run never stops for the database.
+	Ping      func(context.Context) error
+	PingEvery time.Duration
+	// OnParkedReleased runs after parked copies were released: the process's
+	// outbox relay's Notify, so that they go at once rather than at its next
+	// poll. Nil: nothing runs.
+	OnParkedReleased func()
+}
+
 // Dispatcher consumes the push queue and delivers to push URLs.
 type Dispatcher struct {
 	cfg    Config
@@ -177,27 +197,34 @@ type Dispatcher struct {
 	spanRand func() uint64
 	obs      Observer
 	gate     *gate
-	commit   *committer
-	parked   parkedSubs
-	// releasing counts releases of parked copies under way (Run waits).
-	releasing sync.WaitGroup
-	// onRelease runs after parked copies were released (OnParkedReleased).
-	onRelease func()
+	commit   *outbox.GroupCommit[delivery.Settlement]
+	parking  *outbox.Parking
 }
 
 // New returns a Dispatcher; Run starts it.
-func New(cfg Config, b Broker, dir Directory, log Log, client *http.Client, now func() time.Time, logger *slog.Logger) *Dispatcher {
-	return &Dispatcher{
-		cfg: cfg, broker: b, dir: dir, log: log, client: client, now: now, logger: logger,
+func New(cfg Config, d Deps) *Dispatcher {
+	p := &Dispatcher{
+		cfg: cfg, broker: d.Broker, dir: d.Directory, log: d.Log, client: d.Client, now: d.Now, logger: d.Logger,
 		owner:    "dispatcher-" + uuid.NewString(),
 		cache:    targetCache{ttl: cfg.CacheTTL, m: map[uuid.UUID]cachedTarget{}},
 		policy:   retry.For,
 		rand:     rand.Float64,
 		spanRand: rand.Uint64,
-		obs:      nopObserver{},
-		gate:     newGate(),
-		commit:   newCommitter(log),
+		obs:      d.Observer,
+		gate:     newGate(d.Ping, d.PingEvery),
+		parking:  outbox.NewParking(d.Log, cfg.DeferDelay, d.OnParkedReleased, d.Now, d.Logger),
 	}
+	if p.obs == nil {
+		p.obs = nopObserver{}
+	}
+	var all func(context.Context, []delivery.Settlement) error
+	if d.Batches != nil {
+		all = d.Batches.SettleAll
+	}
+	p.commit = outbox.NewGroupCommit(maxCommitBatch, all, func(ctx context.Context, s delivery.Settlement) error {
+		return p.log.Settle(ctx, s)
+	})
+	return p
 }
 
 // job is one message being handled.
@@ -222,11 +249,6 @@ func (p *Dispatcher) Run(ctx context.Context) error {
 	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
 	sched := newScheduler(p.cfg.PerSubscription, p.cfg.Backlog, p.cfg.SlowAfter, time.Now)
-	stopCommit := make(chan struct{})
-	var committer sync.WaitGroup
-	committer.Go(func() { p.commit.run(stopCommit) })
-	// Stops after every worker (deferred calls run last in, first out).
-	defer func() { close(stopCommit); committer.Wait() }()
 	var wg, watcher sync.WaitGroup
 	watchCtx, stopWatch := context.WithCancel(workCtx)
 	defer func() { stopWatch(); watcher.Wait() }()
@@ -289,7 +311,7 @@ read:
 		cancelWork()
 		<-finished
 	}
-	p.releasing.Wait()
+	p.parking.Wait()
 	p.logger.Info("push dispatcher stopped")
 	return nil
 }
@@ -367,6 +389,19 @@ func (p *Dispatcher) handle(ctx context.Context, sched *scheduler, j *job) {
 		}
 		return dec, err
 	})
+}
+
+// releaseParked ends the deferral of the subscription's parked copies early
+// once it answers quickly again: a delivery that took less than SlowAfter
+// while none of the subscription's requests has been running that long.
+// Without it, a recovered endpoint's messages would wait out their
+// deferrals (up to 4 s each, parkDeferrals of them in a row). Parking
+// releases them at most once per DeferDelay per subscription.
+func (p *Dispatcher) releaseParked(ctx context.Context, sched *scheduler, j *job, latency time.Duration) {
+	if p.cfg.SlowAfter <= 0 || latency >= p.cfg.SlowAfter || !sched.quick(j.key) {
+		return
+	}
+	p.parking.Release(ctx, j.key, j.d.Headers[message.HeaderHeld] != "")
 }
 
 // retryUntilDone decides what to do with j once (decide retried until it
@@ -537,7 +572,7 @@ func (p *Dispatcher) deadLetter(s delivery.Settlement, ev message.Event, d *brok
 //
 // The copy of a slow subscription's deferred message is not sent here (for
 // its first parkDeferrals deferrals, while they are short): its outbox row
-// is leased to ParkedOwner until the deferral ends, and the outbox relay of whichever
+// is leased to outbox.ParkedOwner until the deferral ends, and the outbox relay of whichever
 // process claims it then sends it; releaseParked may end the lease sooner. A deferral is thus one row in
 // the group commit and an ack, where sending it at once took a scheduled
 // broker send and a second database write (marking the row sent), which
@@ -551,17 +586,19 @@ func (p *Dispatcher) settle(ctx context.Context, d *broker.Delivery, dec *decisi
 	if !dec.stored {
 		switch {
 		case parked:
-			s.Owner, s.Until = ParkedOwner(s.Resend.SubscriptionID), s.Resend.CreatedAt.Add(s.Resend.ScheduledDelay)
+			s.Owner, s.Until = outbox.ParkedOwner(s.Resend.SubscriptionID), s.Resend.CreatedAt.Add(s.Resend.ScheduledDelay)
 		case s.Resend != nil:
 			s.Owner, s.Until = p.owner, p.now().Add(time.Minute)
 		}
-		if err := p.commit.settle(ctx, *s); err != nil {
+		// Written with a context of its own: a shutdown must not abort a
+		// transaction that other workers' outcomes share.
+		if err := p.commit.Commit(context.WithoutCancel(ctx), *s); err != nil {
 			return fmt.Errorf("store outcome: %w", err)
 		}
 		dec.stored = true
 		p.observe(d, dec)
 		if parked {
-			p.parked.note(s.Resend.SubscriptionID, p.now())
+			p.parking.Note(s.Resend.SubscriptionID)
 		}
 	}
 	if s.Resend != nil && !parked {

@@ -1,6 +1,8 @@
 // Package push delivers the messages of PUSH subscriptions: the Dispatcher
 // consumes the one shared push queue and POSTs each message to its
-// subscription's URL.
+// subscription's URL. Its outcomes and dead letters are package delivery's
+// model (whose API lists and replays them); its retries and deferrals go
+// through package outbox.
 //
 // Delivery semantics:
 //
@@ -33,11 +35,11 @@
 //     (250 ms) all but Backlog (64) of them are deferred, and so is every
 //     new one, so that the prefetch window stays open for the other
 //     subscriptions. A deferred message is acked once its copy is stored in
-//     the outbox, parked (leased to ParkedOwner of its subscription) for the
-//     deferral (1, 2, then 4 s; as long as the endpoint has been hanging, if
-//     that is longer, up to 4 s); the outbox relay of any process sends the
-//     copy when the lease ends (within OUTBOX_POLL_INTERVAL), as the same
-//     attempt. Nothing is sent to the broker meanwhile: a deferral costs one
+//     the outbox, parked (leased to outbox.ParkedOwner of its subscription)
+//     for the deferral (1, 2, then 4 s; as long as the endpoint has been
+//     hanging, if that is longer, up to 4 s); the outbox relay of any
+//     process sends the copy when the lease ends (within
+//     OUTBOX_POLL_INTERVAL), as the same attempt. Nothing is sent to the broker meanwhile: a deferral costs one
 //     row in the group commit and an ack. Once the subscription answers
 //     quickly again, the dispatcher ends its parked copies' leases at once.
 //     From the fourth deferral in a row (8 s, doubling up to 1 min), and

@@ -19,7 +19,6 @@ import (
 	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/publish"
-	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/store"
 )
 
@@ -98,14 +97,14 @@ func storeDeadLetters(t *testing.T, a *apptest.API, roomID, subID string, n int)
 }
 
 // deadLetters reads a list of dead letters.
-func deadLetters(t *testing.T, r apptest.Response) api.List[push.DeadLetterResponse] {
+func deadLetters(t *testing.T, r apptest.Response) api.List[delivery.DeadLetterResponse] {
 	t.Helper()
 	apptest.Want(t, r, http.StatusOK)
-	return apptest.Decode[api.List[push.DeadLetterResponse]](t, r)
+	return apptest.Decode[api.List[delivery.DeadLetterResponse]](t, r)
 }
 
 // checkDeadLetter compares a dead letter of the API with the one stored.
-func checkDeadLetter(t *testing.T, got push.DeadLetterResponse, dl delivery.DeadLetter) {
+func checkDeadLetter(t *testing.T, got delivery.DeadLetterResponse, dl delivery.DeadLetter) {
 	t.Helper()
 	wantAttrs := dl.Event.Attributes
 	if wantAttrs == nil {
@@ -142,7 +141,7 @@ func messageLog(t *testing.T, a *apptest.API) map[string]publish.EventResponse {
 func checkReplayed(t *testing.T, a *apptest.API, r apptest.Response, subID string, dls ...delivery.DeadLetter) {
 	t.Helper()
 	apptest.Want(t, r, http.StatusAccepted)
-	replayed := apptest.Decode[push.ReplayResponse](t, r).Replayed
+	replayed := apptest.Decode[delivery.ReplayResponse](t, r).Replayed
 	if len(replayed) != len(dls) {
 		t.Fatalf("replayed %d, want %d: %s", len(replayed), len(dls), r.Body)
 	}
@@ -366,7 +365,7 @@ func TestPushAPIDeadLetters(t *testing.T) {
 		for _, i := range []int{0, 2} { // with a status code, and an expired one without
 			r = a.Do("GET", base+"/"+dls[i].ID.String(), nil)
 			apptest.Want(t, r, http.StatusOK)
-			checkDeadLetter(t, apptest.Decode[push.DeadLetterResponse](t, r), dls[i])
+			checkDeadLetter(t, apptest.Decode[delivery.DeadLetterResponse](t, r), dls[i])
 		}
 		apptest.Want(t, a.Do("GET", base+"/"+uuid.NewString(), nil), http.StatusNotFound)
 		apptest.Want(t, a.Do("GET", base+"/nope", nil), http.StatusNotFound)
@@ -441,7 +440,7 @@ func TestPushAPIDeadLetters(t *testing.T) {
 		}
 		r = a.Do("POST", base+":replay", nil)
 		apptest.Want(t, r, http.StatusAccepted)
-		if n := len(apptest.Decode[push.ReplayResponse](t, r).Replayed); n != 0 {
+		if n := len(apptest.Decode[delivery.ReplayResponse](t, r).Replayed); n != 0 {
 			t.Errorf("replayed %d with none left", n)
 		}
 		more := storeDeadLetters(t, a, roomID, subID, 2)
@@ -477,11 +476,11 @@ func TestPushAPIDeliveries(t *testing.T) {
 		base := "/v1/rooms/orders/subscriptions/" + subID + "/deliveries"
 
 		// deliveries reads a page of a delivery log.
-		deliveries := func(path string) (api.List[push.DeliveryResponse], apptest.Response) {
+		deliveries := func(path string) (api.List[delivery.DeliveryResponse], apptest.Response) {
 			t.Helper()
 			r := a.Do("GET", path, nil)
 			apptest.Want(t, r, http.StatusOK)
-			return apptest.Decode[api.List[push.DeliveryResponse]](t, r), r
+			return apptest.Decode[api.List[delivery.DeliveryResponse]](t, r), r
 		}
 		if list, r := deliveries(base); len(list.Items) != 0 {
 			t.Fatalf("deliveries before any publish: %s", r.Body)

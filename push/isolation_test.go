@@ -102,7 +102,7 @@ func smallWindowDispatcher(t *testing.T, dir Directory, log Log) (*Dispatcher, f
 	cfg := DefaultConfig(queue)
 	cfg.Workers, cfg.PerSubscription, cfg.Backlog, cfg.Prefetch = 8, 2, 2, 12
 	cfg.SlowAfter, cfg.ShutdownGrace = 100*time.Millisecond, 100*time.Millisecond
-	d := New(cfg, b, dir, log, NewHTTPClient(10*time.Second, loopbackAllowed()), time.Now, logger)
+	d := New(cfg, Deps{Broker: b, Directory: dir, Log: log, Client: NewHTTPClient(10*time.Second, loopbackAllowed()), Now: time.Now, Logger: logger})
 	return d, func(sub uuid.UUID) {
 		ev := message.Event{ID: uuid.New(), RoomID: uuid.New(), EventType: "tick", Version: 1, Payload: []byte(`{}`), PublishedAt: time.Now()}
 		s := message.Send{ID: uuid.New(), EventID: ev.ID, RoomID: ev.RoomID, CorrelationID: "c", SubscriptionID: sub,

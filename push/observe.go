@@ -31,20 +31,6 @@ func (nopObserver) PushRequest(string, time.Duration)          {}
 func (nopObserver) Deferred(string)                            {}
 func (nopObserver) Paused(bool)                                {}
 
-// Observe makes o see every outcome; call it before Run.
-func (p *Dispatcher) Observe(o Observer) *Dispatcher {
-	p.obs = o
-	return p
-}
-
-// WatchDatabase makes Run ping the database every interval (and at once
-// after any failure to store an outcome) and stop taking messages while it
-// does not answer; call it before Run.
-func (p *Dispatcher) WatchDatabase(ping func(context.Context) error, every time.Duration) *Dispatcher {
-	p.gate.ping, p.gate.every = ping, every
-	return p
-}
-
 // gate is open while the database answers. Closed, the dispatcher reads no
 // message and starts no delivery; a delivery already made waits to store its
 // outcome. Nothing is attempted, counted or dead-lettered meanwhile, and the
@@ -60,10 +46,15 @@ type gate struct {
 	closed chan struct{} // closed while down
 }
 
-func newGate() *gate {
+// newGate returns an open gate that ping (nil: none) keeps, every (a
+// second if 0) and when a failure makes it suspect the database.
+func newGate(ping func(context.Context) error, every time.Duration) *gate {
 	up := make(chan struct{})
 	close(up)
-	return &gate{up: up, closed: make(chan struct{}), check: make(chan struct{}, 1), every: time.Second}
+	if every <= 0 {
+		every = time.Second
+	}
+	return &gate{ping: ping, every: every, up: up, closed: make(chan struct{}), check: make(chan struct{}, 1)}
 }
 
 // downCh is closed when the gate closes (at once if it is closed).

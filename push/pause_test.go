@@ -130,7 +130,8 @@ func TestDispatcherPausesWhileDatabaseDown(t *testing.T) {
 	cfg := DefaultConfig(queue)
 	cfg.Workers, cfg.ShutdownGrace = 4, time.Second
 	obs := &pauses{final: map[string]int{}}
-	d := New(cfg, b, db, db, NewHTTPClient(time.Second, loopbackAllowed()), time.Now, logger).Observe(obs).WatchDatabase(db.ping, 20*time.Millisecond)
+	d := New(cfg, Deps{Broker: b, Directory: db, Log: db, Client: NewHTTPClient(time.Second, loopbackAllowed()), Now: time.Now, Logger: logger,
+		Observer: obs, Ping: db.ping, PingEvery: 20 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()

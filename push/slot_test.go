@@ -63,7 +63,7 @@ func TestDispatcherFreesTheSlotBeforeTheCommit(t *testing.T) {
 	queue := broker.Destination{Address: "push", Queue: "push"}
 	cfg := DefaultConfig(queue)
 	cfg.Workers, cfg.PerSubscription, cfg.ShutdownGrace = 4, 1, 100*time.Millisecond
-	d := New(cfg, b, log, log, NewHTTPClient(10*time.Second, loopbackAllowed()), time.Now, logger)
+	d := New(cfg, Deps{Broker: b, Directory: log, Log: log, Client: NewHTTPClient(10*time.Second, loopbackAllowed()), Now: time.Now, Logger: logger})
 	for range 2 {
 		ev := message.Event{ID: uuid.New(), RoomID: uuid.New(), EventType: "tick", Version: 1, Payload: []byte(`{}`), PublishedAt: time.Now()}
 		s := message.Send{ID: uuid.New(), EventID: ev.ID, RoomID: ev.RoomID, CorrelationID: "c", SubscriptionID: sub.ID,

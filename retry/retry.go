@@ -15,8 +15,9 @@ import (
 )
 
 // DefaultMaxDelay caps a computed delay when the policy sets no cap of its
-// own, so that a multiplier over many attempts cannot schedule a retry years away.
-const DefaultMaxDelay = 7 * 24 * time.Hour
+// own, so that a multiplier over many attempts cannot schedule a retry years
+// away. It is the longest cap a room may set.
+const DefaultMaxDelay = rooms.MaxDeliveryDelay * time.Millisecond
 
 // Phases of a step.
 const (

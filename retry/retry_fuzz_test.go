@@ -106,7 +106,7 @@ func FuzzExponential(f *testing.F) {
 	f.Add(int64(0), math.NaN(), -1, int64(-1), math.Inf(-1), math.NaN())
 	f.Fuzz(func(t *testing.T, delay int64, multiplier float64, attempts int, maxDelay int64, jitter, u float64) {
 		room := rooms.NewRoomDefaults()
-		patch := rooms.RoomPatch{}
+		patch := rooms.DeliveryPatch{}
 		patch.DeliveryDelay.Set, patch.DeliveryDelay.Value = true, delay
 		patch.DeliveryDelayMultiplier.Set, patch.DeliveryDelayMultiplier.Value = true, multiplier
 		patch.DeliveryAttempts.Set, patch.DeliveryAttempts.Value = true, attempts

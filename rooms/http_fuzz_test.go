@@ -118,7 +118,7 @@ func newRoomHarness() roomHarness {
 	store.reset()
 	e := echo.New()
 	e.HTTPErrorHandler = api.ErrorHandler(slog.New(slog.DiscardHandler))
-	rooms.Routes(e.Group("/v1"), rooms.NewService(store, nil, now))
+	rooms.Routes(e.Group("/v1"), rooms.NewService(rooms.Deps{Store: store, Now: now}))
 	return roomHarness{e: e, store: store}
 }
 

@@ -21,9 +21,8 @@ func TestOnChangeAfterCommit(t *testing.T) {
 	existing.ID, existing.Identifier, existing.ManagerIdentifier = uuid.Must(uuid.NewV7()), "orders", "team-a"
 	store := &memRooms{existing: existing}
 	store.reset()
-	svc := rooms.NewService(store, nil, now)
 	var changed []uuid.UUID
-	svc.OnChange(func(id uuid.UUID) { changed = append(changed, id) })
+	svc := rooms.NewService(rooms.Deps{Store: store, Now: now, OnChange: func(id uuid.UUID) { changed = append(changed, id) }})
 	ctx := context.Background()
 
 	r, err := svc.CreateRoom(ctx, rooms.RoomPatch{Identifier: api.Nullable[string]{Set: true, Value: "invoices"},

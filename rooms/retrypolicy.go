@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"math"
 	"strings"
 
 	"github.com/roomhub/messaging-api/api"
@@ -28,11 +27,12 @@ const (
 	DefaultMaximumDelayRetries = 3
 )
 
-// Limits that keep a policy's schedule finite and its numbers sane.
+// Limits that keep a policy's schedule finite and its numbers sane; a
+// policy's delays and attempts have the bounds of the room's own settings.
 const (
 	MaxPhaseRetries  = 1000
 	MaxPolicyDelay   = MaxDeliveryDelay
-	MaxTotalAttempts = 1000
+	MaxTotalAttempts = MaxDeliveryAttempts
 )
 
 // RetryPolicy is the four-phase retry policy a room or subscription may
@@ -144,7 +144,7 @@ func (p RetryPolicy) Validate(prefix string, onRoom bool, probs *api.Problems) {
 	default:
 		probs.Add(prefix+".retryBackoffFunction", "must be linear, arithmetic, geometric or exponential")
 	}
-	if p.Jitter != nil && (math.IsNaN(*p.Jitter) || *p.Jitter < 0 || *p.Jitter > 1) {
+	if p.Jitter != nil && !ValidJitter(*p.Jitter) {
 		probs.Add(prefix+".jitter", "must be from 0 to 1")
 	}
 	if p.IgnoreSubscriptionOverride != nil && !onRoom {

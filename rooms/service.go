@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"regexp"
 	"slices"
 	"strings"
@@ -59,15 +58,22 @@ type Service struct {
 	onChange func(roomID uuid.UUID)
 }
 
-// NewService returns a Service over store. now is the clock; cleanup hears of
-// the PULL subscriptions a forced room deletion removed.
-func NewService(store Store, cleanup Cleanup, now func() time.Time) *Service {
-	return &Service{store: store, cleanup: cleanup, now: now}
+// Deps is what a Service needs.
+type Deps struct {
+	Store Store
+	// Cleanup hears of the PULL subscriptions a forced room deletion removed.
+	Cleanup Cleanup
+	Now     func() time.Time
+	// OnChange, when not nil, is called with the room's id after every
+	// committed change to a room, its event types or versions (a cache of
+	// them empties itself there), before the answer leaves.
+	OnChange func(roomID uuid.UUID)
 }
 
-// OnChange calls f with the room's id after every committed change to a
-// room, its event types or versions (a cache of them empties itself there).
-func (s *Service) OnChange(f func(roomID uuid.UUID)) { s.onChange = f }
+// NewService returns a Service over d.Store.
+func NewService(d Deps) *Service {
+	return &Service{store: d.Store, cleanup: d.Cleanup, now: d.Now, onChange: d.OnChange}
+}
 
 func (s *Service) changed(roomID uuid.UUID) {
 	if s.onChange != nil {
@@ -115,8 +121,8 @@ func (p RoomPatch) apply(r *Room, creating bool) error {
 		switch {
 		case strings.TrimSpace(v) == "":
 			probs.Add("managerIdentifier", "must not be blank")
-		case len(v) > maxIdentifierLength:
-			probs.Add("managerIdentifier", fmt.Sprintf("must be at most %d characters", maxIdentifierLength))
+		case len(v) > api.MaxSubjectLength:
+			probs.Add("managerIdentifier", fmt.Sprintf("must be at most %d characters", api.MaxSubjectLength))
 		}
 		r.ManagerIdentifier = v
 	}
@@ -127,45 +133,7 @@ func (p RoomPatch) apply(r *Room, creating bool) error {
 		}
 		r.MessageExpiration = v
 	}
-	if p.DeliveryDelay.Set && notNull("deliveryDelay", p.DeliveryDelay.Null) {
-		if v := p.DeliveryDelay.Value; v < 1 || v > MaxDeliveryDelay {
-			probs.Add("deliveryDelay", fmt.Sprintf("must be from 1 to %d ms", MaxDeliveryDelay))
-		}
-		r.DeliveryDelay = p.DeliveryDelay.Value
-	}
-	if p.DeliveryDelayMultiplier.Set && notNull("deliveryDelayMultiplier", p.DeliveryDelayMultiplier.Null) {
-		if v := p.DeliveryDelayMultiplier.Value; math.IsNaN(v) || v < 1 || v > MaxDeliveryDelayMultiplier {
-			probs.Add("deliveryDelayMultiplier", fmt.Sprintf("must be from 1.0 to %g", MaxDeliveryDelayMultiplier))
-		}
-		r.DeliveryDelayMultiplier = p.DeliveryDelayMultiplier.Value
-	}
-	if p.DeliveryAttempts.Set && notNull("deliveryAttempts", p.DeliveryAttempts.Null) {
-		if v := p.DeliveryAttempts.Value; v < 0 || v > MaxDeliveryAttempts {
-			probs.Add("deliveryAttempts", fmt.Sprintf("must be from 0 to %d", MaxDeliveryAttempts))
-		}
-		r.DeliveryAttempts = p.DeliveryAttempts.Value
-	}
-	if p.MaxDeliveryDelay.Set {
-		r.MaxDeliveryDelay = 0 // null: the default cap
-		if v := p.MaxDeliveryDelay.Ptr(); v != nil {
-			if *v < 1 || *v > MaxDeliveryDelay {
-				probs.Add("maxDeliveryDelay", fmt.Sprintf("must be null (the default cap, 7 days) or from 1 to %d ms", MaxDeliveryDelay))
-			}
-			r.MaxDeliveryDelay = *v
-		}
-	}
-	if p.DeliveryJitter.Set && notNull("deliveryJitter", p.DeliveryJitter.Null) {
-		if v := p.DeliveryJitter.Value; math.IsNaN(v) || v < 0 || v > 1 {
-			probs.Add("deliveryJitter", "must be from 0 to 1")
-		}
-		r.DeliveryJitter = p.DeliveryJitter.Value
-	}
-	if p.RetryPolicy.Set {
-		r.RetryPolicy = p.RetryPolicy.Ptr()
-		if r.RetryPolicy != nil {
-			r.RetryPolicy.Validate("retryPolicy", true, &probs)
-		}
-	}
+	p.delivery().applyTo(r, &probs)
 	if p.Status.Set && notNull("status", p.Status.Null) {
 		switch s := p.Status.Value; {
 		case creating && s != StatusActive:
@@ -178,9 +146,17 @@ func (p RoomPatch) apply(r *Room, creating bool) error {
 	return probs.Err()
 }
 
-// ApplyTo validates p as an update and writes it onto r; the retry-schedule
-// preview uses it to read delivery settings the way a room would.
+// ApplyTo validates p as an update and writes it onto r.
 func (p RoomPatch) ApplyTo(r *Room) error { return p.apply(r, false) }
+
+// delivery is the part of p that a subscription may override.
+func (p RoomPatch) delivery() DeliveryPatch {
+	return DeliveryPatch{
+		DeliveryDelay: p.DeliveryDelay, DeliveryDelayMultiplier: p.DeliveryDelayMultiplier,
+		DeliveryAttempts: p.DeliveryAttempts, MaxDeliveryDelay: p.MaxDeliveryDelay,
+		DeliveryJitter: p.DeliveryJitter, RetryPolicy: p.RetryPolicy,
+	}
+}
 
 // NewRoomDefaults is a room with the defaults of a created one and no identity.
 func NewRoomDefaults() Room {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/roomhub/messaging-api/message"
-	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/store"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
@@ -26,7 +26,7 @@ func BenchmarkPublishOne(b *testing.B) {
 			EventTypeID: room, EventType: "t", Version: 1, Payload: []byte(`{"n":1}`), PublishedAt: now, Attributes: map[string]string{}}
 		s := message.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "c",
 			SubscriptionID: room, SubscriptionType: "PUSH", Destination: "d", Attempt: 1, CreatedAt: now, Status: message.StatusPending}
-		if err := ev.Publish(ctx, []message.Event{e}, []message.Send{s}, publish.Lease{}); err != nil {
+		if err := ev.Publish(ctx, []message.Event{e}, []message.Send{s}, outbox.Lease{}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -13,14 +13,22 @@ import (
 
 	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/message"
+	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/publish"
 )
 
-// Events implements publish.Store: events, the published-messages log, and
-// the outbox (one narrow row per logged send the broker has not confirmed).
+// Events implements publish.Store and outbox.Store: events, the
+// published-messages log, and the outbox (one narrow row per logged send the
+// broker has not confirmed).
 type Events struct{ db *DB }
 
-var _ publish.Store = (*Events)(nil)
+var (
+	_ publish.Store      = (*Events)(nil)
+	_ publish.BatchStore = (*Events)(nil)
+	_ outbox.Store       = (*Events)(nil)
+	_ outbox.Vacuumer    = (*Events)(nil)
+	_ outbox.PurgeStore  = (*Events)(nil)
+)
 
 // Events returns the event store.
 func (db *DB) Events() *Events { return &Events{db: db} }
@@ -77,7 +85,7 @@ type outboxRow struct {
 	CreatedAt    time.Time `gorm:"autoCreateTime:false"`
 	ClaimedBy    string
 	ClaimedUntil *time.Time
-	Refusals     int // how often the broker refused the copy (publish.Refusal)
+	Refusals     int // how often the broker refused the copy (outbox.Refusal)
 }
 
 func (outboxRow) TableName() string { return "outbox" }
@@ -194,11 +202,9 @@ func timeVal(t *time.Time) time.Time {
 func (s *Events) tx(ctx context.Context) *gorm.DB { return s.db.gorm.WithContext(ctx) }
 
 // Publish implements publish.Store.
-func (s *Events) Publish(ctx context.Context, events []message.Event, sends []message.Send, lease publish.Lease) error {
+func (s *Events) Publish(ctx context.Context, events []message.Event, sends []message.Send, lease outbox.Lease) error {
 	return s.PublishAll(ctx, []publish.Batch{{Events: events, Sends: sends, Lease: lease}})
 }
-
-var _ publish.BatchStore = (*Events)(nil)
 
 // PublishAll implements publish.BatchStore: every batch's rows in one
 // transaction, in one statement on PostgreSQL when it fits.
@@ -275,7 +281,7 @@ func publishStatement(batches []publish.Batch) (string, []any) {
 	values(sends, len(sendColumns))
 	type owedRow struct {
 		r     sendRow
-		lease publish.Lease
+		lease outbox.Lease
 	}
 	var owed []owedRow
 	for _, bt := range batches {
@@ -384,13 +390,13 @@ func (s *Events) Sends(ctx context.Context, eventIDs []uuid.UUID) ([]message.Sen
 	return out, nil
 }
 
-// ClaimPending implements publish.Store: it leases outbox rows in id (that
+// ClaimPending implements outbox.Store: it leases outbox rows in id (that
 // is, creation) order. On PostgreSQL, SKIP LOCKED lets relays in several
 // processes claim disjoint rows at once; SQLite has a single writer, so the
 // UPDATE alone is atomic. A row whose send was settled (the consumer got the
 // copy before its relay recorded the receipt and then died) or purged is
 // dropped rather than sent again.
-func (s *Events) ClaimPending(ctx context.Context, owner string, until time.Time, limit int) ([]publish.Pending, error) {
+func (s *Events) ClaimPending(ctx context.Context, owner string, until time.Time, limit int) ([]outbox.Pending, error) {
 	now := time.Now().UTC()
 	var ids []uuid.UUID
 	var rows []claimedRow
@@ -457,7 +463,7 @@ func (s *Events) ClaimPending(ctx context.Context, owner string, until time.Time
 	for _, r := range evRows {
 		events[r.ID] = r.domain()
 	}
-	out := make([]publish.Pending, 0, len(rows))
+	out := make([]outbox.Pending, 0, len(rows))
 	owed := make(map[uuid.UUID]bool, len(rows))
 	for _, c := range rows {
 		r := c.Log
@@ -466,7 +472,7 @@ func (s *Events) ClaimPending(ctx context.Context, owner string, until time.Time
 			continue // purged, or settled: nothing left to send
 		}
 		owed[r.ID] = true
-		out = append(out, publish.Pending{Send: r.domain(), Event: ev, Refusals: c.Refusals})
+		out = append(out, outbox.Pending{Send: r.domain(), Event: ev, Refusals: c.Refusals})
 	}
 	if len(owed) < len(ids) {
 		var stale []uuid.UUID
@@ -483,9 +489,7 @@ func (s *Events) ClaimPending(ctx context.Context, owner string, until time.Time
 	return out, nil
 }
 
-var _ publish.Vacuumer = (*Events)(nil)
-
-// VacuumOutbox implements publish.Vacuumer: on PostgreSQL a VACUUM of the
+// VacuumOutbox implements outbox.Vacuumer: on PostgreSQL a VACUUM of the
 // outbox (skipped when another process is vacuuming it; the table holds only
 // pending rows, so it takes milliseconds); nothing on SQLite.
 func (s *Events) VacuumOutbox(ctx context.Context) error {
@@ -495,7 +499,7 @@ func (s *Events) VacuumOutbox(ctx context.Context) error {
 	return s.tx(ctx).Exec("VACUUM (ANALYZE, SKIP_LOCKED) outbox").Error
 }
 
-// MarkSent implements publish.Store: the sends leave the outbox.
+// MarkSent implements outbox.Store: the sends leave the outbox.
 func (s *Events) MarkSent(ctx context.Context, ids []uuid.UUID, at time.Time) error {
 	if len(ids) == 0 {
 		return nil
@@ -535,7 +539,7 @@ func (s *Events) recordAndRemove(ctx context.Context, ids []uuid.UUID, set strin
 	return translate(err, nil, nil)
 }
 
-// Release implements publish.Store: the sends' leases end, so any relay may
+// Release implements outbox.Store: the sends' leases end, so any relay may
 // claim them again.
 func (s *Events) Release(ctx context.Context, ids []uuid.UUID) error {
 	if len(ids) == 0 {
@@ -552,20 +556,20 @@ func (s *Events) Release(ctx context.Context, ids []uuid.UUID) error {
 // relay may try it again.
 const RefusedOwner = "refused"
 
-// Refuse implements publish.Store. A copy to try again stays in the outbox,
+// Refuse implements outbox.Store. A copy to try again stays in the outbox,
 // leased to RefusedOwner until its RetryAt, with its refusal counted and the
 // broker's answer in its log row's error. A copy given up leaves the outbox
 // with its final status and becomes a dead letter, in one transaction; if
 // its subscription is gone meanwhile, it is dropped instead (no dead letter
 // outlives its subscription), and if it was settled meanwhile it keeps that
 // outcome.
-func (s *Events) Refuse(ctx context.Context, refusals []publish.Refusal) error {
+func (s *Events) Refuse(ctx context.Context, refusals []outbox.Refusal) error {
 	if len(refusals) == 0 {
 		return nil
 	}
 	// Log rows are locked in id order, as every writer does (see recordAndRemove).
 	refusals = slices.Clone(refusals)
-	slices.SortFunc(refusals, func(a, b publish.Refusal) int { return bytes.Compare(a.ID[:], b.ID[:]) })
+	slices.SortFunc(refusals, func(a, b outbox.Refusal) int { return bytes.Compare(a.ID[:], b.ID[:]) })
 	err := retryConflicts(ctx, func() error {
 		return s.tx(ctx).Transaction(func(tx *gorm.DB) error {
 			for _, f := range refusals {
@@ -580,7 +584,7 @@ func (s *Events) Refuse(ctx context.Context, refusals []publish.Refusal) error {
 }
 
 // refuse records one refusal within tx.
-func refuse(tx *gorm.DB, f publish.Refusal) error {
+func refuse(tx *gorm.DB, f outbox.Refusal) error {
 	pending := string(message.StatusPending)
 	if !f.RetryAt.IsZero() {
 		if err := tx.Model(&sendRow{}).Where("id = ? AND status = ?", f.ID, pending).Update("error", f.Error).Error; err != nil {
@@ -615,10 +619,10 @@ func refuse(tx *gorm.DB, f publish.Refusal) error {
 	return tx.Create(&row).Error
 }
 
-// PurgeEvents implements publish.Store. An event that still owes the broker
+// PurgeEvents implements outbox.PurgeStore. An event that still owes the broker
 // a send is kept, expired or not: an expired one's copy is still sent, for
-// its consumer to make it a dead letter (see publish.Relay).
-func (s *Events) PurgeEvents(ctx context.Context, q publish.PurgeQuery) (int, error) {
+// its consumer to make it a dead letter (see outbox.Relay).
+func (s *Events) PurgeEvents(ctx context.Context, q outbox.PurgeQuery) (int, error) {
 	var ids []uuid.UUID
 	err := s.tx(ctx).Model(&eventRow{}).Select("id").
 		Where("published_at < ?", q.PublishedBefore.UTC()).

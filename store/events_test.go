@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/roomhub/messaging-api/message"
-	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
 
@@ -41,7 +41,7 @@ func TestPurge(t *testing.T) {
 				if !pending {
 					s.Status, s.SentAt = message.StatusSent, e.PublishedAt
 				}
-				if err := ev.Publish(ctx, []message.Event{e}, []message.Send{s}, publish.Lease{}); err != nil {
+				if err := ev.Publish(ctx, []message.Event{e}, []message.Send{s}, outbox.Lease{}); err != nil {
 					t.Fatal(err)
 				}
 				return e.ID
@@ -58,7 +58,7 @@ func TestPurge(t *testing.T) {
 				"old and expired": mk(2*day, -time.Hour, false),
 				"past retention":  mk(8*day, 0, false),
 			}
-			n, err := ev.PurgeEvents(ctx, publish.PurgeQuery{
+			n, err := ev.PurgeEvents(ctx, outbox.PurgeQuery{
 				PublishedBefore: now.Add(-day), RetainedBefore: now.Add(-7 * day), Now: now, Limit: 100,
 			})
 			if err != nil {

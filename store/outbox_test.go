@@ -14,7 +14,7 @@ import (
 
 	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/message"
-	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/store"
 	"github.com/roomhub/messaging-api/store/storetest"
@@ -26,12 +26,12 @@ import (
 // the outbox).
 func outboxFixture(t *testing.T, ev *store.Events, n int, sent bool) []message.Send {
 	t.Helper()
-	return leasedFixture(t, ev, n, sent, publish.Lease{})
+	return leasedFixture(t, ev, n, sent, outbox.Lease{})
 }
 
 // leasedFixture is outboxFixture with the outbox rows stored under lease (a
 // publish handed off to its relay).
-func leasedFixture(t *testing.T, ev *store.Events, n int, sent bool, lease publish.Lease) []message.Send {
+func leasedFixture(t *testing.T, ev *store.Events, n int, sent bool, lease outbox.Lease) []message.Send {
 	t.Helper()
 	room := uuid.Must(uuid.NewV7())
 	now := time.Now().UTC().Truncate(time.Microsecond)
@@ -93,7 +93,7 @@ func TestOutboxLeasedPublish(t *testing.T) {
 			t.Parallel()
 			ev := storetest.Open(t, d).Events()
 			until := time.Now().Add(time.Second)
-			leased := leasedFixture(t, ev, 3, true, publish.Lease{Owner: "relay-a", Until: until})
+			leased := leasedFixture(t, ev, 3, true, outbox.Lease{Owner: "relay-a", Until: until})
 			free := outboxFixture(t, ev, 2, false)
 			if n := backlog(t, ev); n != 5 {
 				t.Fatalf("outbox holds %d rows, want 5 (3 leased, 2 free)", n)
@@ -145,7 +145,7 @@ func TestOutboxLifecycle(t *testing.T) {
 			}
 			// Given up after a refusal; the fixture's subscription does not
 			// exist, so it is dropped (see TestOutboxRefusals).
-			if err := ev.Refuse(ctx, []publish.Refusal{{Pending: publish.Pending{Send: sends[1]}, Error: "refused",
+			if err := ev.Refuse(ctx, []outbox.Refusal{{Pending: outbox.Pending{Send: sends[1]}, Error: "refused",
 				At: now, Status: message.StatusExpired, Reason: delivery.ReasonExpired}}); err != nil {
 				t.Fatal(err)
 			}
@@ -251,10 +251,10 @@ func TestOutboxPurge(t *testing.T) {
 				ExpiresAt: now.Add(-time.Hour), Attributes: map[string]string{}}
 			s := message.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: room, CorrelationID: "c",
 				SubscriptionID: room, SubscriptionType: "PULL", Destination: "d", Attempt: 1, CreatedAt: e.PublishedAt, Status: message.StatusPending}
-			if err := ev.Publish(ctx, []message.Event{e}, []message.Send{s}, publish.Lease{}); err != nil {
+			if err := ev.Publish(ctx, []message.Event{e}, []message.Send{s}, outbox.Lease{}); err != nil {
 				t.Fatal(err)
 			}
-			q := publish.PurgeQuery{PublishedBefore: now.Add(-24 * time.Hour), RetainedBefore: now.Add(-7 * 24 * time.Hour), Now: now, Limit: 10}
+			q := outbox.PurgeQuery{PublishedBefore: now.Add(-24 * time.Hour), RetainedBefore: now.Add(-7 * 24 * time.Hour), Now: now, Limit: 10}
 			if n, err := ev.PurgeEvents(ctx, q); err != nil || n != 0 {
 				t.Fatalf("purged %d, %v; want the expired event kept while its copy is owed", n, err)
 			}
@@ -447,7 +447,7 @@ func TestOutboxRefusals(t *testing.T) {
 				sends = append(sends, message.Send{ID: uuid.Must(uuid.NewV7()), EventID: e.ID, RoomID: e.RoomID, CorrelationID: e.CorrelationID,
 					SubscriptionID: subID, SubscriptionType: "PULL", Destination: "d", Attempt: 1, CreatedAt: now, Status: message.StatusPending})
 			}
-			if err := ev.Publish(ctx, events, sends, publish.Lease{}); err != nil {
+			if err := ev.Publish(ctx, events, sends, outbox.Lease{}); err != nil {
 				t.Fatal(err)
 			}
 			ps, err := ev.ClaimPending(ctx, "relay-a", time.Now().Add(time.Minute), 10)
@@ -460,14 +460,14 @@ func TestOutboxRefusals(t *testing.T) {
 				}
 			}
 			retryAt := time.Now().Add(300 * time.Millisecond)
-			refusals := []publish.Refusal{
+			refusals := []outbox.Refusal{
 				{Pending: ps[0], Error: "no such queue", At: now, RetryAt: retryAt},
 				{Pending: ps[1], Error: "no such queue", At: now, Status: message.StatusExpired, Reason: delivery.ReasonExpired},
 				{Pending: ps[2], Error: "refused 10 times", At: now, Status: message.StatusDeadLettered, Reason: delivery.ReasonBrokerRefused},
 				{Pending: ps[3], Error: "refused 10 times", At: now, Status: message.StatusDeadLettered, Reason: delivery.ReasonBrokerRefused},
 			}
 			// In any order: the store locks in id order.
-			if err := ev.Refuse(ctx, []publish.Refusal{refusals[3], refusals[1], refusals[0], refusals[2]}); err != nil {
+			if err := ev.Refuse(ctx, []outbox.Refusal{refusals[3], refusals[1], refusals[0], refusals[2]}); err != nil {
 				t.Fatal(err)
 			}
 			if n := backlog(t, ev); n != 1 {
@@ -527,7 +527,7 @@ func TestOutboxRefusals(t *testing.T) {
 			if err != nil || len(ps) != 1 || ps[0].ID != sends[0].ID || ps[0].Refusals != 1 {
 				t.Fatalf("claimed %+v, %v; want copy 0 with 1 refusal", ps, err)
 			}
-			if err := ev.Refuse(ctx, []publish.Refusal{{Pending: ps[0], Error: "still no queue", At: now, RetryAt: time.Now()}}); err != nil {
+			if err := ev.Refuse(ctx, []outbox.Refusal{{Pending: ps[0], Error: "still no queue", At: now, RetryAt: time.Now()}}); err != nil {
 				t.Fatal(err)
 			}
 			ps, err = ev.ClaimPending(ctx, "relay-b", time.Now().Add(time.Minute), 10)
@@ -570,7 +570,7 @@ func TestDeleteSubscriptionDropsOwedCopies(t *testing.T) {
 			}
 			other := uuid.Must(uuid.NewV7())
 			sends := []message.Send{send(sub.ID, message.StatusPending), send(sub.ID, message.StatusPending), send(sub.ID, message.StatusSent), send(other, message.StatusPending)}
-			if err := ev.Publish(ctx, []message.Event{e}, sends, publish.Lease{}); err != nil {
+			if err := ev.Publish(ctx, []message.Event{e}, sends, outbox.Lease{}); err != nil {
 				t.Fatal(err)
 			}
 			if n := backlog(t, ev); n != 3 {

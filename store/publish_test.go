@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/roomhub/messaging-api/message"
+	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
@@ -44,7 +45,7 @@ func TestPublishRoundTrip(t *testing.T) {
 			}
 			e1, s1 := mk("key-1", now.Add(time.Hour))
 			e2, s2 := mk("", time.Time{})
-			if err := ev.Publish(ctx, []message.Event{e1, e2}, append(s1, s2...), publish.Lease{}); err != nil {
+			if err := ev.Publish(ctx, []message.Event{e1, e2}, append(s1, s2...), outbox.Lease{}); err != nil {
 				t.Fatal(err)
 			}
 			for _, want := range []message.Event{e1, e2} {
@@ -70,7 +71,7 @@ func TestPublishRoundTrip(t *testing.T) {
 			// The same key again, in a batch with a fresh event: nothing of it stays.
 			e3, s3 := mk("key-1", time.Time{})
 			e4, s4 := mk("key-4", time.Time{})
-			err = ev.Publish(ctx, []message.Event{e4, e3}, append(s4, s3...), publish.Lease{})
+			err = ev.Publish(ctx, []message.Event{e4, e3}, append(s4, s3...), outbox.Lease{})
 			if !errors.Is(err, publish.ErrDuplicateKey) {
 				t.Fatalf("taken key: %v, want ErrDuplicateKey", err)
 			}
@@ -88,7 +89,7 @@ func TestPublishRoundTrip(t *testing.T) {
 				e, ss := mk("", time.Time{})
 				events, sends = append(events, e), append(sends, ss...)
 			}
-			if err := ev.Publish(ctx, events, sends, publish.Lease{}); err != nil {
+			if err := ev.Publish(ctx, events, sends, outbox.Lease{}); err != nil {
 				t.Fatal(err)
 			}
 			if n := backlog(t, ev); n != 2+1200 {
@@ -111,7 +112,7 @@ func TestPublishAll(t *testing.T) {
 			ev := storetest.Open(t, d).Events()
 			now := time.Now().UTC().Truncate(time.Microsecond)
 			room := uuid.Must(uuid.NewV7())
-			mk := func(key string, lease publish.Lease) publish.Batch {
+			mk := func(key string, lease outbox.Lease) publish.Batch {
 				e := message.Event{ID: uuid.Must(uuid.NewV7()), RoomID: room, RequestID: uuid.Must(uuid.NewV7()),
 					CorrelationID: "corr", EventTypeID: uuid.Must(uuid.NewV7()), EventType: "order.created", Version: 1,
 					Payload: []byte(`{}`), Attributes: map[string]string{}, IdempotencyKey: key, Destinations: 1, PublishedAt: now}
@@ -120,8 +121,8 @@ func TestPublishAll(t *testing.T) {
 					CreatedAt: now, Status: message.StatusPending}
 				return publish.Batch{Events: []message.Event{e}, Sends: []message.Send{s}, Lease: lease}
 			}
-			leased := mk("k1", publish.Lease{Owner: "relay-a", Until: now.Add(time.Hour)})
-			free := mk("", publish.Lease{})
+			leased := mk("k1", outbox.Lease{Owner: "relay-a", Until: now.Add(time.Hour)})
+			free := mk("", outbox.Lease{})
 			if err := ev.PublishAll(ctx, []publish.Batch{leased, free}); err != nil {
 				t.Fatal(err)
 			}
@@ -138,8 +139,8 @@ func TestPublishAll(t *testing.T) {
 				t.Errorf("claimable: %+v, want only the unleased send %s", claimed, free.Sends[0].ID)
 			}
 
-			taken := mk("k1", publish.Lease{})
-			other := mk("k2", publish.Lease{})
+			taken := mk("k1", outbox.Lease{})
+			other := mk("k2", outbox.Lease{})
 			if err := ev.PublishAll(ctx, []publish.Batch{other, taken}); !errors.Is(err, publish.ErrDuplicateKey) {
 				t.Fatalf("a taken key among the batches: %v, want ErrDuplicateKey", err)
 			}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/message"
+	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/pull"
 	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/rooms"
@@ -23,10 +24,12 @@ import (
 type Push struct{ db *DB }
 
 var (
-	_ push.Log             = (*Push)(nil)
-	_ push.Directory       = (*Push)(nil)
-	_ pull.Directory       = (*Push)(nil)
-	_ push.DeadLetterStore = (*Push)(nil)
+	_ push.Log           = (*Push)(nil)
+	_ push.BatchLog      = (*Push)(nil)
+	_ outbox.ParkedStore = (*Push)(nil)
+	_ push.Directory     = (*Push)(nil)
+	_ pull.Directory     = (*Push)(nil)
+	_ delivery.Store     = (*Push)(nil)
 )
 
 // Push returns the push store.
@@ -217,8 +220,6 @@ func settleStatement(ss []delivery.Settlement) (string, []any) {
 // (Events.recordAndRemove), so two such transactions cannot deadlock.
 func bySendID(a, b uuid.UUID) int { return bytes.Compare(a[:], b[:]) }
 
-var _ push.BatchLog = (*Push)(nil)
-
 // attemptUpdates is what recording attempt a sets on its log row.
 func attemptUpdates(a delivery.Attempt) map[string]any {
 	upd := map[string]any{
@@ -265,12 +266,12 @@ func (s *Push) Release(ctx context.Context, ids []uuid.UUID) error {
 	return s.db.Events().Release(ctx, ids)
 }
 
-// ReleaseParked implements push.Log: the subscription's parked copies
+// ReleaseParked implements outbox.ParkedStore: the subscription's parked copies
 // become claimable at once, and each one's scheduled delay becomes what it
 // has waited, so that the relay sends it with no delay left (message.Encode
 // counts the delay from the copy's creation) and the log shows when it was
 // due. A copy a relay has claimed since is no longer held by
-// push.ParkedOwner and is left alone (the UPDATE rechecks the holder under
+// outbox.ParkedOwner and is left alone (the UPDATE rechecks the holder under
 // the row's lock; on PostgreSQL the released rows stay locked, out of the
 // claims' reach, until their delays are written), so nothing is sent twice.
 // Rare (once per recovery of a slow subscription): one UPDATE per copy.
@@ -280,7 +281,7 @@ func (s *Push) ReleaseParked(ctx context.Context, subscription uuid.UUID, at tim
 		return s.tx(ctx).Transaction(func(tx *gorm.DB) error {
 			var ids []uuid.UUID
 			if err := tx.Raw("UPDATE outbox SET claimed_by = '', claimed_until = NULL WHERE claimed_by = ? RETURNING send_id",
-				push.ParkedOwner(subscription)).Scan(&ids).Error; err != nil {
+				outbox.ParkedOwner(subscription)).Scan(&ids).Error; err != nil {
 				return err
 			}
 			n = len(ids)
@@ -306,7 +307,7 @@ func (s *Push) ReleaseParked(ctx context.Context, subscription uuid.UUID, at tim
 	return n, translate(err, nil, nil)
 }
 
-// DeadLetters implements push.DeadLetterStore.
+// DeadLetters implements delivery.Store.
 func (s *Push) DeadLetters(ctx context.Context, subscriptionID uuid.UUID, limit int, after uuid.UUID) ([]delivery.DeadLetter, error) {
 	tx := s.tx(ctx).Where("subscription_id = ?", subscriptionID).Order("id")
 	if after != uuid.Nil {
@@ -326,23 +327,23 @@ func (s *Push) DeadLetters(ctx context.Context, subscriptionID uuid.UUID, limit 
 	return out, nil
 }
 
-// DeadLetter implements push.DeadLetterStore.
+// DeadLetter implements delivery.Store.
 func (s *Push) DeadLetter(ctx context.Context, subscriptionID, id uuid.UUID) (delivery.DeadLetter, error) {
 	var r deadLetterRow
 	err := s.tx(ctx).Where("subscription_id = ? AND id = ?", subscriptionID, id).Take(&r).Error
-	return r.domain(), translate(err, push.ErrDeadLetterNotFound, nil)
+	return r.domain(), translate(err, delivery.ErrDeadLetterNotFound, nil)
 }
 
-// DeleteDeadLetter implements push.DeadLetterStore.
+// DeleteDeadLetter implements delivery.Store.
 func (s *Push) DeleteDeadLetter(ctx context.Context, subscriptionID, id uuid.UUID) error {
 	res := s.tx(ctx).Where("subscription_id = ? AND id = ?", subscriptionID, id).Delete(&deadLetterRow{})
 	if res.Error == nil && res.RowsAffected == 0 {
-		return push.ErrDeadLetterNotFound
+		return delivery.ErrDeadLetterNotFound
 	}
 	return translate(res.Error, nil, nil)
 }
 
-// Replay implements push.DeadLetterStore: the dead letters go and their new
+// Replay implements delivery.Store: the dead letters go and their new
 // events and sends come, all or nothing.
 func (s *Push) Replay(ctx context.Context, ids []uuid.UUID, events []message.Event, sends []message.Send) error {
 	err := s.tx(ctx).Transaction(func(tx *gorm.DB) error {
@@ -351,7 +352,7 @@ func (s *Push) Replay(ctx context.Context, ids []uuid.UUID, events []message.Eve
 			return res.Error
 		}
 		if int(res.RowsAffected) != len(ids) {
-			return push.ErrDeadLetterNotFound // replayed concurrently: do nothing
+			return delivery.ErrDeadLetterNotFound // replayed concurrently: do nothing
 		}
 		evs := make([]eventRow, len(events))
 		for i, e := range events {
@@ -365,8 +366,8 @@ func (s *Push) Replay(ctx context.Context, ids []uuid.UUID, events []message.Eve
 	return translate(err, nil, nil)
 }
 
-// Deliveries implements push.DeadLetterStore: a subscription's sends, newest first.
-func (s *Push) Deliveries(ctx context.Context, subscriptionID uuid.UUID, limit int, before uuid.UUID) ([]push.Delivery, error) {
+// Deliveries implements delivery.Store: a subscription's sends, newest first.
+func (s *Push) Deliveries(ctx context.Context, subscriptionID uuid.UUID, limit int, before uuid.UUID) ([]delivery.Record, error) {
 	tx := s.tx(ctx).Where("subscription_id = ?", subscriptionID).Order("id DESC")
 	if before != uuid.Nil {
 		tx = tx.Where("id < ?", before)
@@ -375,9 +376,9 @@ func (s *Push) Deliveries(ctx context.Context, subscriptionID uuid.UUID, limit i
 	if err := tx.Limit(limit).Find(&rows).Error; err != nil {
 		return nil, translate(err, nil, nil)
 	}
-	out := make([]push.Delivery, len(rows))
+	out := make([]delivery.Record, len(rows))
 	for i, r := range rows {
-		out[i] = push.Delivery{Send: r.domain(), ResponseBody: r.ResponseBody, NextAttemptAt: timeVal(r.NextAttemptAt)}
+		out[i] = delivery.Record{Send: r.domain(), ResponseBody: r.ResponseBody, NextAttemptAt: timeVal(r.NextAttemptAt)}
 		if r.LatencyMs != nil {
 			out[i].Latency = time.Duration(*r.LatencyMs) * time.Millisecond
 		}

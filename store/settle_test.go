@@ -11,7 +11,7 @@ import (
 
 	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/message"
-	"github.com/roomhub/messaging-api/push"
+	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
 
@@ -50,7 +50,7 @@ func TestSettleAllRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := map[uuid.UUID]push.Delivery{}
+			got := map[uuid.UUID]delivery.Record{}
 			for _, dl := range ds {
 				got[dl.ID] = dl
 			}
@@ -148,7 +148,7 @@ func TestDeferredCopyWaitsOutItsLease(t *testing.T) {
 	}
 }
 
-// TestParkedCopiesRelease: parked copies (leased to push.ParkedOwner) are
+// TestParkedCopiesRelease: parked copies (leased to outbox.ParkedOwner) are
 // not in the outbox backlog until their deferral ends but are counted as
 // parked; releasing one subscription's makes exactly those claimable at
 // once, with no delay left, and leaves alone a copy a relay has claimed
@@ -182,7 +182,7 @@ func TestParkedCopiesRelease(t *testing.T) {
 			park := func(i int, sub uuid.UUID) delivery.Settlement {
 				c := sends[i]
 				c.ID, c.Held, c.ScheduledDelay, c.CreatedAt = uuid.Must(uuid.NewV7()), 1, time.Hour, now
-				return delivery.Settlement{SendID: sends[i].ID, Resend: &c, Owner: push.ParkedOwner(sub), Until: now.Add(time.Hour),
+				return delivery.Settlement{SendID: sends[i].ID, Resend: &c, Owner: outbox.ParkedOwner(sub), Until: now.Add(time.Hour),
 					Attempt: delivery.Attempt{Status: delivery.StatusDeferred, Error: "deferred", At: now, NextAttemptAt: now.Add(time.Hour)}}
 			}
 			a0, a1, b := park(0, subA), park(1, subA), park(2, subB)

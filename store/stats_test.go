@@ -8,7 +8,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/roomhub/messaging-api/message"
-	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
 
@@ -37,7 +37,7 @@ func TestOutboxBacklogAndTrace(t *testing.T) {
 					SubscriptionID: room, SubscriptionType: "PULL", Destination: "d", Attempt: 1,
 					CreatedAt: base.Add(time.Duration(i-3) * time.Minute), Status: message.StatusPending})
 			}
-			if err := ev.Publish(ctx, []message.Event{e}, sends, publish.Lease{}); err != nil {
+			if err := ev.Publish(ctx, []message.Event{e}, sends, outbox.Lease{}); err != nil {
 				t.Fatal(err)
 			}
 			if err := ev.MarkSent(ctx, []uuid.UUID{sends[0].ID}, base); err != nil {

@@ -244,7 +244,7 @@ func (s *Subscriptions) UpdateSecrets(ctx context.Context, sub subscriptions.Sub
 // DeleteSubscription implements subscriptions.Store.
 //
 // Its owed copies are dropped first: a relay giving one up at the same
-// moment (publish.Refusal) holds the copy's log row until it commits its
+// moment (outbox.Refusal) holds the copy's log row until it commits its
 // dead letter, which the DELETE of dead letters below then sees. The
 // transaction is retried on a deadlock (a release of parked copies locks
 // outbox rows before log rows).

@@ -124,10 +124,10 @@ func (h handlers) list(c echo.Context) error {
 	}
 	var probs api.Problems
 	q := Query{Type: Type(c.QueryParam("type")), Status: Status(c.QueryParam("status"))}
-	if q.Type != "" && q.Type != TypePush && q.Type != TypePull {
+	if q.Type != "" && !q.Type.valid() {
 		probs.Add("type", "must be PUSH or PULL")
 	}
-	if q.Status != "" && q.Status != StatusActive && q.Status != StatusPaused && q.Status != StatusTerminated {
+	if q.Status != "" && !q.Status.valid() {
 		probs.Add("status", "must be ACTIVE, PAUSED or TERMINATED")
 	}
 	if err := probs.Err(); err != nil {

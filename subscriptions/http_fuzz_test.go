@@ -140,7 +140,7 @@ func newSubHarness() subHarness {
 	}}
 	store.reset()
 	catalog := &fixedCatalog{room: room}
-	svc := subscriptions.NewService(store, catalog, noQueues{}, nil, now, slog.New(slog.DiscardHandler))
+	svc := subscriptions.NewService(subscriptions.Deps{Store: store, Catalog: catalog, Queues: noQueues{}, CheckTarget: nil, Now: now, Logger: slog.New(slog.DiscardHandler)})
 	e := echo.New()
 	e.HTTPErrorHandler = api.ErrorHandler(slog.New(slog.DiscardHandler))
 	subscriptions.Routes(e.Group("/v1"), svc)

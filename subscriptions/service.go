@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"net/url"
 	"slices"
 	"strings"
@@ -48,15 +47,6 @@ type Service struct {
 	onChange func(roomID uuid.UUID)
 }
 
-// SetMaxPerRoom caps the subscriptions of one room (0: no cap). Under
-// concurrent creation the cap may be passed by the number of racing requests.
-func (svc *Service) SetMaxPerRoom(n int) { svc.maxPerRoom = n }
-
-// OnChange calls f with the room's id after every committed creation, update
-// or deletion of one of its subscriptions (a cache of them empties itself
-// there). A secret rotation changes no routing and is not reported.
-func (svc *Service) OnChange(f func(roomID uuid.UUID)) { svc.onChange = f }
-
 func (svc *Service) changed(roomID uuid.UUID) {
 	if svc.onChange != nil {
 		svc.onChange(roomID)
@@ -69,9 +59,30 @@ func (svc *Service) changed(roomID uuid.UUID) {
 // refuses what is refused for sure, early, with a 422.
 type TargetCheck func(*url.URL) error
 
-// NewService wires a Service; checkTarget may be nil (no check).
-func NewService(store Store, catalog Catalog, queues Queues, checkTarget TargetCheck, now func() time.Time, logger *slog.Logger) *Service {
-	return &Service{store: store, catalog: catalog, queues: queues, checkTarget: checkTarget, now: now, logger: logger}
+// Deps is what a Service needs.
+type Deps struct {
+	Store   Store
+	Catalog Catalog
+	Queues  Queues
+	// CheckTarget refuses push URLs early; nil: no check.
+	CheckTarget TargetCheck
+	Now         func() time.Time
+	Logger      *slog.Logger
+	// MaxPerRoom caps the subscriptions of one room (0: no cap). Under
+	// concurrent creation the cap may be passed by the number of racing
+	// requests.
+	MaxPerRoom int
+	// OnChange, when not nil, is called with the room's id after every
+	// committed creation, update or deletion of one of its subscriptions (a
+	// cache of them empties itself there), before the answer leaves. A
+	// secret rotation changes no routing and is not reported.
+	OnChange func(roomID uuid.UUID)
+}
+
+// NewService returns a Service over d.Store.
+func NewService(d Deps) *Service {
+	return &Service{store: d.Store, catalog: d.Catalog, queues: d.Queues, checkTarget: d.CheckTarget, now: d.Now,
+		logger: d.Logger, maxPerRoom: d.MaxPerRoom, onChange: d.OnChange}
 }
 
 // FilterInput is one entry of a request's eventTypes.
@@ -96,6 +107,15 @@ type Patch struct {
 	Owner                   api.Nullable[string]
 }
 
+// delivery is the part of p that overrides the room's delivery settings.
+func (p Patch) delivery() rooms.DeliveryPatch {
+	return rooms.DeliveryPatch{
+		DeliveryDelay: p.DeliveryDelay, DeliveryDelayMultiplier: p.DeliveryDelayMultiplier,
+		DeliveryAttempts: p.DeliveryAttempts, MaxDeliveryDelay: p.MaxDeliveryDelay,
+		DeliveryJitter: p.DeliveryJitter, RetryPolicy: p.RetryPolicy,
+	}
+}
+
 // apply validates p against room and writes it onto s.
 func (svc *Service) apply(ctx context.Context, room rooms.Room, s *Subscription, p Patch, creating bool) error {
 	var probs api.Problems
@@ -103,7 +123,7 @@ func (svc *Service) apply(ctx context.Context, room rooms.Room, s *Subscription,
 	case creating && (!p.Type.Set || p.Type.Null):
 		probs.Add("type", "is required: PUSH or PULL")
 	case creating:
-		if p.Type.Value != TypePush && p.Type.Value != TypePull {
+		if !p.Type.Value.valid() {
 			probs.Add("type", "must be PUSH or PULL")
 		}
 		s.Type = p.Type.Value
@@ -150,42 +170,24 @@ func (svc *Service) apply(ctx context.Context, room rooms.Room, s *Subscription,
 		}
 	}
 
+	p.delivery().Validate(rooms.OnSubscription, &probs)
 	if p.DeliveryDelay.Set {
 		s.DeliveryDelay = p.DeliveryDelay.Ptr()
-		if v := s.DeliveryDelay; v != nil && (*v < 1 || *v > rooms.MaxDeliveryDelay) {
-			probs.Add("deliveryDelay", fmt.Sprintf("must be null (the room's) or from 1 to %d ms", rooms.MaxDeliveryDelay))
-		}
 	}
 	if p.DeliveryDelayMultiplier.Set {
 		s.DeliveryDelayMultiplier = p.DeliveryDelayMultiplier.Ptr()
-		if v := s.DeliveryDelayMultiplier; v != nil && (math.IsNaN(*v) || *v < 1 || *v > rooms.MaxDeliveryDelayMultiplier) {
-			probs.Add("deliveryDelayMultiplier", fmt.Sprintf("must be null (the room's) or from 1.0 to %g", rooms.MaxDeliveryDelayMultiplier))
-		}
 	}
 	if p.DeliveryAttempts.Set {
 		s.DeliveryAttempts = p.DeliveryAttempts.Ptr()
-		if v := s.DeliveryAttempts; v != nil && (*v < 0 || *v > rooms.MaxDeliveryAttempts) {
-			probs.Add("deliveryAttempts", fmt.Sprintf("must be null (the room's) or from 0 to %d", rooms.MaxDeliveryAttempts))
-		}
 	}
-
 	if p.MaxDeliveryDelay.Set {
 		s.MaxDeliveryDelay = p.MaxDeliveryDelay.Ptr()
-		if v := s.MaxDeliveryDelay; v != nil && (*v < 1 || *v > rooms.MaxDeliveryDelay) {
-			probs.Add("maxDeliveryDelay", fmt.Sprintf("must be null (the room's) or from 1 to %d ms", rooms.MaxDeliveryDelay))
-		}
 	}
 	if p.DeliveryJitter.Set {
 		s.DeliveryJitter = p.DeliveryJitter.Ptr()
-		if v := s.DeliveryJitter; v != nil && (math.IsNaN(*v) || *v < 0 || *v > 1) {
-			probs.Add("deliveryJitter", "must be null (the room's) or from 0 to 1")
-		}
 	}
 	if p.RetryPolicy.Set {
 		s.RetryPolicy = p.RetryPolicy.Ptr()
-		if s.RetryPolicy != nil {
-			s.RetryPolicy.Validate("retryPolicy", false, &probs)
-		}
 	}
 	if p.AckDeadline.Set {
 		switch v := p.AckDeadline.Ptr(); {
@@ -201,7 +203,7 @@ func (svc *Service) apply(ctx context.Context, room rooms.Room, s *Subscription,
 		switch {
 		case p.Status.Null:
 			probs.Add("status", "must not be null")
-		case p.Status.Value != StatusActive && p.Status.Value != StatusPaused && p.Status.Value != StatusTerminated:
+		case !p.Status.Value.valid():
 			probs.Add("status", "must be ACTIVE, PAUSED or TERMINATED")
 		case creating && p.Status.Value == StatusTerminated:
 			probs.Add("status", "must be ACTIVE or PAUSED at creation")
@@ -513,8 +515,8 @@ func applyOwner(ctx context.Context, s *Subscription, owner api.Nullable[string]
 	v := ""
 	if !owner.Null {
 		v = strings.TrimSpace(owner.Value)
-		if v == "" || len(v) > 200 {
-			return api.Invalid("owner", "must be 1 to 200 characters, or null for no owner")
+		if v == "" || len(v) > api.MaxSubjectLength {
+			return api.Invalid("owner", fmt.Sprintf("must be 1 to %d characters, or null for no owner", api.MaxSubjectLength))
 		}
 	}
 	if c := api.CallerFrom(ctx); c != nil && c.Role == api.RoleSubscriber && v != c.Subject {

@@ -31,6 +31,9 @@ const (
 	TypePull Type = "PULL" // the subscriber pulls from its own queue
 )
 
+// valid reports whether t is PUSH or PULL.
+func (t Type) valid() bool { return t == TypePush || t == TypePull }
+
 // Status of a subscription. PAUSED holds messages; TERMINATED is final and
 // drops them.
 type Status string
@@ -40,6 +43,9 @@ const (
 	StatusPaused     Status = "PAUSED"
 	StatusTerminated Status = "TERMINATED"
 )
+
+// valid reports whether s is one of the statuses.
+func (s Status) valid() bool { return s == StatusActive || s == StatusPaused || s == StatusTerminated }
 
 // Filter selects one event type and, when Versions is not empty, only those
 // versions of it.

@@ -31,6 +31,7 @@ import (
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/metrics"
 	"github.com/roomhub/messaging-api/netguard"
+	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/store"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
@@ -141,8 +142,11 @@ func (f *Queues) Connected() bool {
 // IdleRelay stands in for the outbox relay where a test sends nothing.
 type IdleRelay struct{}
 
-func (IdleRelay) Notify()        {}
-func (IdleRelay) Healthy() error { return nil }
+func (IdleRelay) Notify()                                {}
+func (IdleRelay) Healthy() error                         { return nil }
+func (IdleRelay) Reserve(int) (outbox.Lease, bool)       { return outbox.Lease{}, false }
+func (IdleRelay) Unreserve(int)                          {}
+func (IdleRelay) HandOff(outbox.Lease, []outbox.Pending) {}
 
 // API is a running HTTP API over a fresh database whose every answer is
 // checked against openapi.yaml.

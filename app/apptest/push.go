@@ -15,8 +15,8 @@ import (
 
 	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/api/apitest"
+	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/publish"
-	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/store/storetest"
 )
 
@@ -174,11 +174,11 @@ func (c Client) Publish(room, body string) publish.PublishResponse {
 
 // Deliveries is the subscription's delivery log of event (of every event
 // when empty), oldest first.
-func (s Sub) Deliveries(event string) []push.DeliveryResponse {
+func (s Sub) Deliveries(event string) []delivery.DeliveryResponse {
 	s.C.T.Helper()
-	var list api.List[push.DeliveryResponse]
+	var list api.List[delivery.DeliveryResponse]
 	s.C.CallJSON("GET", s.Path()+"/deliveries?limit=500", "", http.StatusOK, &list)
-	var out []push.DeliveryResponse
+	var out []delivery.DeliveryResponse
 	for _, d := range list.Items {
 		if event == "" || d.EventID == event {
 			out = append(out, d)
@@ -189,18 +189,18 @@ func (s Sub) Deliveries(event string) []push.DeliveryResponse {
 }
 
 // DeadLetters is the subscription's dead letters, oldest first.
-func (s Sub) DeadLetters() []push.DeadLetterResponse {
+func (s Sub) DeadLetters() []delivery.DeadLetterResponse {
 	s.C.T.Helper()
-	var list api.List[push.DeadLetterResponse]
+	var list api.List[delivery.DeadLetterResponse]
 	s.C.CallJSON("GET", s.Path()+"/dead-letters", "", http.StatusOK, &list)
 	return list.Items
 }
 
 // WaitDeadLetters waits until the subscription has n dead letters, and fails
 // if it has more.
-func (s Sub) WaitDeadLetters(n int, within time.Duration) []push.DeadLetterResponse {
+func (s Sub) WaitDeadLetters(n int, within time.Duration) []delivery.DeadLetterResponse {
 	s.C.T.Helper()
-	var dls []push.DeadLetterResponse
+	var dls []delivery.DeadLetterResponse
 	apitest.EventuallyWithin(s.C.T, within, fmt.Sprintf("%d dead letters", n), func() bool {
 		dls = s.DeadLetters()
 		return len(dls) >= n
@@ -215,9 +215,9 @@ func (s Sub) WaitDeadLetters(n int, within time.Duration) []push.DeadLetterRespo
 // statuses, oldest first, and returns it. A log that ends in a final status
 // (delivered, dead_lettered, dropped, expired) shows that no further attempt
 // is coming: the dispatcher logs a retry's row before it sends the retry.
-func (s Sub) WaitStatuses(event string, within time.Duration, want ...string) []push.DeliveryResponse {
+func (s Sub) WaitStatuses(event string, within time.Duration, want ...string) []delivery.DeliveryResponse {
 	s.C.T.Helper()
-	var ds []push.DeliveryResponse
+	var ds []delivery.DeliveryResponse
 	var got []string
 	settled := false
 	defer func() {

@@ -31,7 +31,7 @@ func runAPIKey(ctx context.Context, args []string, getenv func(string) string, s
 		return err
 	}
 	defer db.Close()
-	keys := app.NewKeyService(db, rooms.NewService(db.Rooms(), app.NoCleanup{}, app.Clock))
+	keys := app.NewKeyService(db, rooms.NewService(rooms.Deps{Store: db.Rooms(), Cleanup: app.NoCleanup{}, Now: app.Clock}))
 
 	switch args[0] {
 	case "create":

@@ -14,7 +14,7 @@
 //
 //  1. baseline (after raw sends and consumes until their rates are steady,
 //     since a broker on a JVM runs its first messages interpreted): durable
-//     sends with receipts per second at the relay's concurrency (publish.DefaultRelayConfig.Concurrency over the broker URL's
+//     sends with receipts per second at the relay's concurrency (outbox.DefaultConfig.Concurrency over the broker URL's
 //     senders); consume + individual ack per second at the dispatcher's prefetch;
 //     the push ceiling: consume + POST to the sink + ack with no service (the
 //     dispatcher's prefetch and worker count), the most any dispatcher could do;

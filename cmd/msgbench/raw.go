@@ -14,7 +14,7 @@ import (
 
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/message"
-	"github.com/roomhub/messaging-api/publish"
+	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/push"
 )
 
@@ -26,7 +26,7 @@ type baselineResult struct {
 }
 
 // relayConcurrency is how many sends the service's outbox relay has in flight.
-var relayConcurrency = publish.DefaultRelayConfig.Concurrency
+var relayConcurrency = outbox.DefaultConfig.Concurrency
 
 // dispatcherPrefetch is the push dispatcher's default consumer window.
 var dispatcherPrefetch = push.DefaultConfig(broker.Destination{}).Prefetch
@@ -36,7 +36,7 @@ const headerSeq = "x-bench-seq"
 // rawMessage is the message the relay would send for one event: the same
 // headers, content type and payload size (message.Encode builds both).
 func rawMessage(dest broker.Destination, seq int, now time.Time) broker.Message {
-	p := publish.Pending{
+	p := outbox.Pending{
 		Send: message.Send{
 			ID: uuid.Must(uuid.NewV7()), EventID: uuid.Must(uuid.NewV7()), SubscriptionID: uuid.New(),
 			SubscriptionType: "PULL", Destination: dest.FQQN(), Attempt: 1, CreatedAt: now,

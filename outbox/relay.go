@@ -1,4 +1,4 @@
-package publish
+package outbox
 
 import (
 	"context"
@@ -15,13 +15,8 @@ import (
 	"github.com/roomhub/messaging-api/message"
 )
 
-// Sender is what the relay needs of the broker.
-type Sender interface {
-	Send(ctx context.Context, msg broker.Message) error
-}
-
-// RelayConfig tunes the Relay.
-type RelayConfig struct {
+// Config tunes the Relay.
+type Config struct {
 	// Batch is how many pending sends one round claims.
 	Batch int
 	// Concurrency is how many broker sends are in flight at once.
@@ -65,8 +60,8 @@ func RefusalBackoff(n int) time.Duration {
 	return time.Second << max(n, 0)
 }
 
-// DefaultRelayConfig suits one API process.
-var DefaultRelayConfig = RelayConfig{Batch: 200, Concurrency: 32, Poll: time.Second, Lease: 30 * time.Second, SendTimeout: 10 * time.Second, HandOff: 4096, MaxRefusals: DefaultMaxRefusals}
+// DefaultConfig suits one API process.
+var DefaultConfig = Config{Batch: 200, Concurrency: 32, Poll: time.Second, Lease: 30 * time.Second, SendTimeout: 10 * time.Second, HandOff: 4096, MaxRefusals: DefaultMaxRefusals}
 
 // Relay sends the outbox's pending rows to the broker and marks each sent after
 // the broker's receipt. It runs in every API process; the store's claim keeps
@@ -77,14 +72,15 @@ var DefaultRelayConfig = RelayConfig{Batch: 200, Concurrency: 32, Poll: time.Sec
 // unhealthy: one poisoned copy must not hold up the others or readiness.
 type Relay struct {
 	store  Store
+	vacuum Vacuumer // nil: left to autovacuum
 	broker Sender
-	cfg    RelayConfig
+	cfg    Config
 	owner  string
 	now    func() time.Time
 	logger *slog.Logger
 	wake   chan struct{}
 	sem    chan struct{} // a slot per broker send in flight
-	obs    RelayObserver
+	obs    Observer
 	hand   *handoff // nil: no hand-off
 
 	mu        sync.Mutex
@@ -98,13 +94,11 @@ type Relay struct {
 	vacOff     bool
 }
 
-// Vacuumer is a Store that can clean its outbox of the dead row versions that
-// recorded sends leave behind (PostgreSQL's VACUUM). The claim query walks
-// the outbox's index in order, and under a few thousand sends a second
-// autovacuum falls behind: the walk then crosses every dead entry (450 ms per
-// claim at 200k rows instead of under 1 ms, measured when the outbox was a
-// partial index of the message log), so the relay vacuums after every
-// VacuumEvery recorded rows, at most once per VacuumInterval.
+// Vacuumer cleans the outbox of the dead row versions that recorded sends
+// leave behind (PostgreSQL's VACUUM). Under a few thousand sends a second
+// autovacuum falls behind, and every claim walks the outbox's index across
+// the dead entries, so the relay vacuums after every VacuumEvery recorded
+// rows, at most once per VacuumInterval (docs/operations.md#scaling-out).
 type Vacuumer interface {
 	VacuumOutbox(ctx context.Context) error
 }
@@ -118,21 +112,20 @@ const (
 // maybeVacuum counts recorded rows and vacuums the outbox in the background
 // when enough went by.
 func (r *Relay) maybeVacuum(ctx context.Context, n int) {
-	v, ok := r.store.(Vacuumer)
-	if !ok || n == 0 {
+	if r.vacuum == nil || n == 0 {
 		return
 	}
 	r.vacMu.Lock()
 	defer r.vacMu.Unlock()
 	r.vacDone += n
-	if r.vacOff || r.vacRunning || r.vacDone < VacuumEvery || time.Since(r.vacLast) < VacuumInterval {
+	if r.vacOff || r.vacRunning || r.vacDone < VacuumEvery || r.now().Sub(r.vacLast) < VacuumInterval {
 		return
 	}
-	r.vacRunning, r.vacDone, r.vacLast = true, 0, time.Now()
+	r.vacRunning, r.vacDone, r.vacLast = true, 0, r.now()
 	go func() {
 		vctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 		defer cancel()
-		err := v.VacuumOutbox(vctx)
+		err := r.vacuum.VacuumOutbox(vctx)
 		r.vacMu.Lock()
 		defer r.vacMu.Unlock()
 		r.vacRunning = false
@@ -145,14 +138,30 @@ func (r *Relay) maybeVacuum(ctx context.Context, n int) {
 	}()
 }
 
+// Deps is what a Relay works with.
+type Deps struct {
+	Store  Store
+	Broker Sender
+	// Vacuum cleans the outbox (the store on PostgreSQL); nil leaves it to
+	// the database's autovacuum.
+	Vacuum Vacuumer
+	Now    func() time.Time
+	Logger *slog.Logger
+	// Observer sees what each round did; nil: nothing does.
+	Observer Observer
+}
+
 // NewRelay returns a relay; Run starts it.
-func NewRelay(store Store, b Sender, cfg RelayConfig, now func() time.Time, logger *slog.Logger) *Relay {
+func NewRelay(cfg Config, d Deps) *Relay {
 	r := &Relay{
-		store: store, broker: b, cfg: cfg, now: now, logger: logger,
+		store: d.Store, vacuum: d.Vacuum, broker: d.Broker, cfg: cfg, now: d.Now, logger: d.Logger,
 		owner: "relay-" + uuid.NewString(),
 		wake:  make(chan struct{}, 1),
 		sem:   make(chan struct{}, max(1, cfg.Concurrency)),
-		obs:   nopObserver{},
+		obs:   d.Observer,
+	}
+	if r.obs == nil {
+		r.obs = nopObserver{}
 	}
 	if cfg.HandOff > 0 {
 		r.hand = newHandoff(cfg.HandOff)
@@ -220,12 +229,6 @@ func (r *Relay) recordRefusals(ctx context.Context, refusals []Refusal) error {
 	r.obs.Relayed("refused", len(refusals)-gaveUp)
 	r.obs.Relayed("given_up", gaveUp)
 	return nil
-}
-
-// Observe makes o see what each round did; call it before Run.
-func (r *Relay) Observe(o RelayObserver) *Relay {
-	r.obs = o
-	return r
 }
 
 // Notify wakes the relay at once; it never blocks.

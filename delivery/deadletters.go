@@ -1,4 +1,4 @@
-package push
+package delivery
 
 import (
 	"context"
@@ -14,7 +14,6 @@ import (
 	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/auth"
 	"github.com/roomhub/messaging-api/broker"
-	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/subscriptions"
@@ -26,26 +25,27 @@ var ErrDeadLetterNotFound = fmt.Errorf("dead letter %w", api.ErrNotFound)
 // MaxReplay bounds one bulk replay.
 const MaxReplay = 500
 
-// Delivery is a send with what its attempt recorded.
-type Delivery struct {
+// Record is one send of a subscription, with what its attempt recorded: an
+// item of the deliveries list.
+type Record struct {
 	message.Send
 	Latency       time.Duration
 	ResponseBody  string
 	NextAttemptAt time.Time
 }
 
-// DeadLetterStore stores dead letters and reads the delivery log.
-type DeadLetterStore interface {
-	DeadLetters(ctx context.Context, subscriptionID uuid.UUID, limit int, after uuid.UUID) ([]delivery.DeadLetter, error)
-	DeadLetter(ctx context.Context, subscriptionID, id uuid.UUID) (delivery.DeadLetter, error)
+// Store stores dead letters and reads the delivery log.
+type Store interface {
+	DeadLetters(ctx context.Context, subscriptionID uuid.UUID, limit int, after uuid.UUID) ([]DeadLetter, error)
+	DeadLetter(ctx context.Context, subscriptionID, id uuid.UUID) (DeadLetter, error)
 	DeleteDeadLetter(ctx context.Context, subscriptionID, id uuid.UUID) error
 	// Replay deletes the dead letters ids and stores events with their sends,
 	// in one transaction; ErrDeadLetterNotFound if any is gone.
 	Replay(ctx context.Context, ids []uuid.UUID, events []message.Event, sends []message.Send) error
-	Deliveries(ctx context.Context, subscriptionID uuid.UUID, limit int, before uuid.UUID) ([]Delivery, error)
+	Deliveries(ctx context.Context, subscriptionID uuid.UUID, limit int, before uuid.UUID) ([]Record, error)
 }
 
-// Notifier wakes the outbox relay to send new pending copies (publish.Relay is one).
+// Notifier wakes the outbox relay to send new pending copies (outbox.Relay is one).
 type Notifier interface{ Notify() }
 
 // Subscriptions finds a subscription with its room (subscriptions.Service is one).
@@ -53,41 +53,51 @@ type Subscriptions interface {
 	Get(ctx context.Context, roomRef, id string) (rooms.Room, subscriptions.Subscription, error)
 }
 
-// DeadLetters lists, replays and deletes dead letters, and lists deliveries.
-type DeadLetters struct {
-	store     DeadLetterStore
-	subs      Subscriptions
-	relay     Notifier
-	pushQueue broker.Destination
-	now       func() time.Time
-	obs       ReplayObserver
-}
-
-// ReplayObserver is told of replayed dead letters (metrics.Metrics is one).
-type ReplayObserver interface {
+// Observer is told of replayed dead letters (metrics.Metrics is one).
+type Observer interface {
 	// Replayed counts n dead letters published again as new copies for a
 	// subscription of type subscriptionType ("push", "pull").
 	Replayed(subscriptionType string, n int)
 }
 
-type nopReplayObserver struct{}
+type nopObserver struct{}
 
-func (nopReplayObserver) Replayed(string, int) {}
+func (nopObserver) Replayed(string, int) {}
 
-// NewDeadLetters wires the dead-letter service.
-func NewDeadLetters(store DeadLetterStore, subs Subscriptions, relay Notifier, pushQueue broker.Destination, now func() time.Time) *DeadLetters {
-	return &DeadLetters{store: store, subs: subs, relay: relay, pushQueue: pushQueue, now: now, obs: nopReplayObserver{}}
+// Deps is what a Service works with.
+type Deps struct {
+	Store         Store
+	Subscriptions Subscriptions
+	Relay         Notifier
+	// PushQueue is where replayed PUSH copies go.
+	PushQueue broker.Destination
+	Now       func() time.Time
+	// Observer sees every replay; nil: nothing does.
+	Observer Observer
 }
 
-// Observe makes o see every replay; call it before serving.
-func (s *DeadLetters) Observe(o ReplayObserver) *DeadLetters {
-	s.obs = o
+// Service lists, replays and deletes dead letters, and lists deliveries.
+type Service struct {
+	store     Store
+	subs      Subscriptions
+	relay     Notifier
+	pushQueue broker.Destination
+	now       func() time.Time
+	obs       Observer
+}
+
+// NewService wires the dead-letter and deliveries service.
+func NewService(d Deps) *Service {
+	s := &Service{store: d.Store, subs: d.Subscriptions, relay: d.Relay, pushQueue: d.PushQueue, now: d.Now, obs: d.Observer}
+	if s.obs == nil {
+		s.obs = nopObserver{}
+	}
 	return s
 }
 
 // Replay publishes dead letters again from attempt 1, as new events (same
 // payload, correlation id and attributes; a fresh expiration).
-func (s *DeadLetters) Replay(ctx context.Context, room rooms.Room, sub subscriptions.Subscription, dls []delivery.DeadLetter) ([]message.Event, error) {
+func (s *Service) Replay(ctx context.Context, room rooms.Room, sub subscriptions.Subscription, dls []DeadLetter) ([]message.Event, error) {
 	if sub.Status == subscriptions.StatusTerminated {
 		return nil, subscriptions.ErrTerminated
 	}
@@ -126,8 +136,8 @@ func (s *DeadLetters) Replay(ctx context.Context, room rooms.Room, sub subscript
 	return events, nil
 }
 
-// Routes registers the dead-letter and delivery endpoints under g (/v1).
-func (s *DeadLetters) Routes(g *echo.Group) {
+// Routes registers the dead-letter and delivery endpoints of s under g (/v1).
+func Routes(g *echo.Group, s *Service) {
 	base := "/rooms/:roomId/subscriptions/:subscriptionId"
 	one := auth.InSubscription(api.RoleManager, api.RoleSubscriber)
 	auth.Handle(g, http.MethodGet, base+"/dead-letters", s.list, one)
@@ -158,7 +168,7 @@ type DeadLetterResponse struct {
 	DeadLetteredAt   time.Time         `json:"deadLetteredAt"`
 }
 
-func toDeadLetterResponse(d delivery.DeadLetter) DeadLetterResponse {
+func toDeadLetterResponse(d DeadLetter) DeadLetterResponse {
 	r := DeadLetterResponse{
 		ID: d.ID.String(), SubscriptionID: d.SubscriptionID.String(), EventID: d.Event.ID.String(),
 		CorrelationID: d.Event.CorrelationID, EventType: d.Event.EventType, EventTypeVersion: d.Event.Version,
@@ -175,13 +185,13 @@ func toDeadLetterResponse(d delivery.DeadLetter) DeadLetterResponse {
 	return r
 }
 
-func (s *DeadLetters) subscription(c echo.Context) (rooms.Room, subscriptions.Subscription, error) {
+func (s *Service) subscription(c echo.Context) (rooms.Room, subscriptions.Subscription, error) {
 	return s.subs.Get(c.Request().Context(), c.Param("roomId"), c.Param("subscriptionId"))
 }
 
 // listRequest reads a list request of a subscription: the page (?limit=,
 // ?cursor= as the last id seen) and the subscription.
-func (s *DeadLetters) listRequest(c echo.Context) (subscriptions.Subscription, api.Page, uuid.UUID, error) {
+func (s *Service) listRequest(c echo.Context) (subscriptions.Subscription, api.Page, uuid.UUID, error) {
 	page, err := api.ParsePage(c, 50, 500)
 	if err != nil {
 		return subscriptions.Subscription{}, page, uuid.Nil, err
@@ -194,7 +204,7 @@ func (s *DeadLetters) listRequest(c echo.Context) (subscriptions.Subscription, a
 	return sub, page, last, err
 }
 
-func (s *DeadLetters) list(c echo.Context) error {
+func (s *Service) list(c echo.Context) error {
 	sub, page, after, err := s.listRequest(c)
 	if err != nil {
 		return err
@@ -213,20 +223,20 @@ func (s *DeadLetters) list(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-func (s *DeadLetters) one(c echo.Context, rawID string) (rooms.Room, subscriptions.Subscription, delivery.DeadLetter, error) {
+func (s *Service) one(c echo.Context, rawID string) (rooms.Room, subscriptions.Subscription, DeadLetter, error) {
 	room, sub, err := s.subscription(c)
 	if err != nil {
-		return room, sub, delivery.DeadLetter{}, err
+		return room, sub, DeadLetter{}, err
 	}
 	id, err := uuid.Parse(rawID)
 	if err != nil {
-		return room, sub, delivery.DeadLetter{}, ErrDeadLetterNotFound
+		return room, sub, DeadLetter{}, ErrDeadLetterNotFound
 	}
 	dl, err := s.store.DeadLetter(c.Request().Context(), sub.ID, id)
 	return room, sub, dl, err
 }
 
-func (s *DeadLetters) get(c echo.Context) error {
+func (s *Service) get(c echo.Context) error {
 	_, _, dl, err := s.one(c, c.Param("deadLetterId"))
 	if err != nil {
 		return err
@@ -234,7 +244,7 @@ func (s *DeadLetters) get(c echo.Context) error {
 	return c.JSON(http.StatusOK, toDeadLetterResponse(dl))
 }
 
-func (s *DeadLetters) delete(c echo.Context) error {
+func (s *Service) delete(c echo.Context) error {
 	_, sub, err := s.subscription(c)
 	if err != nil {
 		return err
@@ -261,7 +271,7 @@ type ReplayResponse struct {
 	Replayed []ReplayedResponse `json:"replayed"`
 }
 
-func replayed(dls []delivery.DeadLetter, evs []message.Event) ReplayResponse {
+func replayed(dls []DeadLetter, evs []message.Event) ReplayResponse {
 	out := ReplayResponse{Replayed: make([]ReplayedResponse, len(dls))}
 	for i := range dls {
 		out.Replayed[i] = ReplayedResponse{DeadLetterID: dls[i].ID.String(), EventID: evs[i].ID.String(), CorrelationID: evs[i].CorrelationID}
@@ -269,7 +279,7 @@ func replayed(dls []delivery.DeadLetter, evs []message.Event) ReplayResponse {
 	return out
 }
 
-func (s *DeadLetters) replayOne(c echo.Context) error {
+func (s *Service) replayOne(c echo.Context) error {
 	raw, ok := strings.CutSuffix(c.Param("deadLetterId"), ":replay")
 	if !ok {
 		return echo.ErrMethodNotAllowed
@@ -278,11 +288,11 @@ func (s *DeadLetters) replayOne(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	evs, err := s.Replay(c.Request().Context(), room, sub, []delivery.DeadLetter{dl})
+	evs, err := s.Replay(c.Request().Context(), room, sub, []DeadLetter{dl})
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusAccepted, replayed([]delivery.DeadLetter{dl}, evs))
+	return c.JSON(http.StatusAccepted, replayed([]DeadLetter{dl}, evs))
 }
 
 type replayRequest struct {
@@ -290,7 +300,7 @@ type replayRequest struct {
 	IDs []string `json:"ids"`
 }
 
-func (s *DeadLetters) replayBulk(c echo.Context) error {
+func (s *Service) replayBulk(c echo.Context) error {
 	var req replayRequest
 	if err := api.DecodeOptional(c, &req); err != nil {
 		return err
@@ -303,7 +313,7 @@ func (s *DeadLetters) replayBulk(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	var dls []delivery.DeadLetter
+	var dls []DeadLetter
 	if len(req.IDs) == 0 {
 		if dls, err = s.store.DeadLetters(ctx, sub.ID, MaxReplay, uuid.Nil); err != nil {
 			return err
@@ -370,7 +380,7 @@ func optTime(t time.Time) *time.Time {
 	return &t
 }
 
-func (s *DeadLetters) deliveries(c echo.Context) error {
+func (s *Service) deliveries(c echo.Context) error {
 	sub, page, before, err := s.listRequest(c)
 	if err != nil {
 		return err

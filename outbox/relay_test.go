@@ -1,10 +1,9 @@
-package publish
+package outbox
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -21,15 +20,19 @@ import (
 	"github.com/roomhub/messaging-api/message"
 )
 
-// outbox is an in-memory relay store: the outbox part of Store.
-type outbox struct {
-	Store  // the rest is never called
+// memOutbox is an in-memory Store; now is its clock (rows' creation, and
+// which refused rows may be claimed again).
+type memOutbox struct {
+	now    func() time.Time
 	mu     sync.Mutex
 	rows   map[uuid.UUID]*outboxRow
 	order  []uuid.UUID
 	claims atomic.Int64
-	// claimTimes is when each ClaimPending call came, oldest first.
+	// claimTimes is when each ClaimPending call came, oldest first (real
+	// time: the relay's backoff runs on timers).
 	claimTimes []time.Time
+	// claimCount counts how often each row was claimed.
+	claimCount map[uuid.UUID]int
 	// failMarks is how many MarkSent calls fail (the database down).
 	failMarks atomic.Int64
 }
@@ -42,34 +45,47 @@ type outboxRow struct {
 	refusals []Refusal // as recorded, oldest first
 }
 
-func newOutbox() *outbox { return &outbox{rows: map[uuid.UUID]*outboxRow{}} }
+func newOutbox() *memOutbox { return newOutboxAt(time.Now) }
 
-func (o *outbox) add(expires time.Time) uuid.UUID {
+func newOutboxAt(now func() time.Time) *memOutbox {
+	return &memOutbox{now: now, rows: map[uuid.UUID]*outboxRow{}, claimCount: map[uuid.UUID]int{}}
+}
+
+func (o *memOutbox) add(expires time.Time) uuid.UUID {
+	return o.insert(expires, false).ID
+}
+
+// insert adds a pending row, leased (as a publish that reserved hand-off
+// places stores it: no claim takes it) or not.
+func (o *memOutbox) insert(expires time.Time, leased bool) Pending {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	id := uuid.New()
-	o.rows[id] = &outboxRow{p: Pending{Send: message.Send{ID: id, Destination: "q", CreatedAt: time.Now()}, Event: message.Event{ID: uuid.New(), ExpiresAt: expires}}, status: message.StatusPending}
+	r := &outboxRow{p: Pending{Send: message.Send{ID: id, Destination: "q", CreatedAt: o.now()}, Event: message.Event{ID: uuid.New(), ExpiresAt: expires}},
+		status: message.StatusPending, claimed: leased}
+	o.rows[id] = r
 	o.order = append(o.order, id)
-	return id
+	return r.p
 }
 
-func (o *outbox) ClaimPending(_ context.Context, _ string, _ time.Time, limit int) ([]Pending, error) {
-	o.claims.Add(1)
+func (o *memOutbox) ClaimPending(_ context.Context, _ string, _ time.Time, limit int) ([]Pending, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.claims.Add(1)
 	o.claimTimes = append(o.claimTimes, time.Now())
 	var out []Pending
 	for _, id := range o.order {
 		r := o.rows[id]
-		if len(out) < limit && r.status == message.StatusPending && !r.claimed && !time.Now().Before(r.until) {
+		if len(out) < limit && r.status == message.StatusPending && !r.claimed && !o.now().Before(r.until) {
 			r.claimed = true
+			o.claimCount[id]++
 			out = append(out, r.p)
 		}
 	}
 	return out, nil
 }
 
-func (o *outbox) set(ids []uuid.UUID, f func(*outboxRow)) {
+func (o *memOutbox) set(ids []uuid.UUID, f func(*outboxRow)) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, id := range ids {
@@ -77,7 +93,7 @@ func (o *outbox) set(ids []uuid.UUID, f func(*outboxRow)) {
 	}
 }
 
-func (o *outbox) MarkSent(_ context.Context, ids []uuid.UUID, _ time.Time) error {
+func (o *memOutbox) MarkSent(_ context.Context, ids []uuid.UUID, _ time.Time) error {
 	if len(ids) > 0 && o.failMarks.Add(-1) >= 0 {
 		return errors.New("database down")
 	}
@@ -85,12 +101,12 @@ func (o *outbox) MarkSent(_ context.Context, ids []uuid.UUID, _ time.Time) error
 	return nil
 }
 
-func (o *outbox) Release(_ context.Context, ids []uuid.UUID) error {
+func (o *memOutbox) Release(_ context.Context, ids []uuid.UUID) error {
 	o.set(ids, func(r *outboxRow) { r.claimed = false })
 	return nil
 }
 
-func (o *outbox) Refuse(_ context.Context, fs []Refusal) error {
+func (o *memOutbox) Refuse(_ context.Context, fs []Refusal) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, f := range fs {
@@ -108,13 +124,13 @@ func (o *outbox) Refuse(_ context.Context, fs []Refusal) error {
 }
 
 // row returns a copy of row id.
-func (o *outbox) row(id uuid.UUID) outboxRow {
+func (o *memOutbox) row(id uuid.UUID) outboxRow {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return *o.rows[id]
 }
 
-func (o *outbox) count(s message.Status) int {
+func (o *memOutbox) count(s message.Status) int {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	n := 0
@@ -154,7 +170,6 @@ func (s *sink) Send(_ context.Context, m broker.Message) error {
 	if m.Destination.Address == "full" && s.refusing.Load() {
 		return errAddressFull
 	}
-	time.Sleep(time.Millisecond) // a receipt's round trip
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.got[m.Headers[message.HeaderSendID]]++
@@ -167,23 +182,28 @@ func (s *sink) Send(_ context.Context, m broker.Message) error {
 	return nil
 }
 
+// newRelay returns a relay over o and b on the clock now.
+func newRelay(o Store, b Sender, cfg Config, now func() time.Time) *Relay {
+	return NewRelay(cfg, Deps{Store: o, Broker: b, Now: now, Logger: slog.New(slog.DiscardHandler)})
+}
+
 func TestRelaySendsOnNotifyAndBacksOff(t *testing.T) {
 	t.Parallel()
 	o, b := newOutbox(), &sink{got: map[string]int{}}
-	cfg := RelayConfig{Batch: 50, Concurrency: 8, Poll: time.Hour, Lease: time.Minute, SendTimeout: time.Second}
-	r := NewRelay(o, b, cfg, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cfg := Config{Batch: 50, Concurrency: 8, Poll: time.Hour, Lease: time.Minute, SendTimeout: time.Second}
+	r := newRelay(o, b, cfg, time.Now)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.Run(ctx); close(done) }()
 
 	// Rows added while the relay runs are sent on Notify, without waiting
 	// for the (hour-long) poll.
-	for range 20 {
+	for i := range 20 {
 		for range 50 {
 			o.add(time.Time{})
 		}
 		r.Notify()
-		time.Sleep(2 * time.Millisecond)
+		apitest.Eventually(t, fmt.Sprintf("batch %d sent on Notify", i), func() bool { return o.count(message.StatusSent) == 50*(i+1) })
 	}
 	// An expired event's copy is sent too, its expiry in a header, for the
 	// consumer to dead-letter it.
@@ -237,7 +257,7 @@ func TestRelaySendsOnNotifyAndBacksOff(t *testing.T) {
 	cancel()
 	select {
 	case <-done:
-	case <-time.After(5 * time.Second):
+	case <-time.After(apitest.EventuallyTimeout):
 		t.Fatal("Run did not return after its context ended")
 	}
 	if c := o.count(message.StatusPending); c != 0 {
@@ -245,14 +265,13 @@ func TestRelaySendsOnNotifyAndBacksOff(t *testing.T) {
 	}
 }
 
-// vacuumOutbox is an outbox that counts vacuums and may fail them.
-type vacuumOutbox struct {
-	*outbox
+// vacuumer counts vacuums and may fail them.
+type vacuumer struct {
 	calls atomic.Int64
 	fail  bool
 }
 
-func (v *vacuumOutbox) VacuumOutbox(context.Context) error {
+func (v *vacuumer) VacuumOutbox(context.Context) error {
 	v.calls.Add(1)
 	if v.fail {
 		return errors.New("must be owner of table published_messages")
@@ -270,14 +289,18 @@ func vacuumState(r *Relay) (last time.Time, running, off bool) {
 }
 
 // TestRelayVacuumsTheOutbox: the relay vacuums once VacuumEvery rows were
-// recorded, not again within VacuumInterval, again after it, and never
-// again once the database refused a vacuum.
+// recorded, not again within VacuumInterval on its clock, again after it,
+// and never again once the database refused a vacuum.
 func TestRelayVacuumsTheOutbox(t *testing.T) {
 	t.Parallel()
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	ctx := context.Background()
-	v := &vacuumOutbox{outbox: newOutbox()}
-	r := NewRelay(v, &sink{got: map[string]int{}}, DefaultRelayConfig, time.Now, logger)
+	clock := apitest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	relay := func(v Vacuumer) *Relay {
+		return NewRelay(DefaultConfig, Deps{Store: newOutbox(), Broker: &sink{got: map[string]int{}}, Vacuum: v,
+			Now: clock.Now, Logger: slog.New(slog.DiscardHandler)})
+	}
+	v := &vacuumer{}
+	r := relay(v)
 	finished := func(calls int64) func() bool {
 		return func() bool { _, running, _ := vacuumState(r); return !running && v.calls.Load() == calls }
 	}
@@ -288,36 +311,44 @@ func TestRelayVacuumsTheOutbox(t *testing.T) {
 	}
 	r.maybeVacuum(ctx, 1)
 	first, _, _ := vacuumState(r)
-	if first.IsZero() {
-		t.Fatalf("no vacuum started after VacuumEvery rows")
+	if !first.Equal(clock.Now()) {
+		t.Fatalf("no vacuum started after VacuumEvery rows (last %v)", first)
 	}
 	apitest.Eventually(t, "the first vacuum", finished(1))
 
-	r.maybeVacuum(ctx, 10*VacuumEvery) // within VacuumInterval of the first
+	clock.Advance(VacuumInterval - time.Millisecond)
+	r.maybeVacuum(ctx, 10*VacuumEvery)
 	if last, running, _ := vacuumState(r); !last.Equal(first) || running {
 		t.Fatalf("vacuum started again within VacuumInterval (last %v, first %v)", last, first)
 	}
 	// Once VacuumInterval has passed, the rows counted meanwhile start one.
-	r.vacMu.Lock()
-	r.vacLast = first.Add(-VacuumInterval)
-	r.vacMu.Unlock()
+	clock.Advance(time.Millisecond)
 	r.maybeVacuum(ctx, 1)
+	if last, _, _ := vacuumState(r); !last.Equal(first.Add(VacuumInterval)) {
+		t.Fatalf("no vacuum started VacuumInterval after the first (last %v)", last)
+	}
 	apitest.Eventually(t, "the vacuum after VacuumInterval", finished(2))
 
 	// A vacuum the database refuses is not tried again.
-	f := &vacuumOutbox{outbox: newOutbox(), fail: true}
-	r = NewRelay(f, &sink{got: map[string]int{}}, DefaultRelayConfig, time.Now, logger)
+	f := &vacuumer{fail: true}
+	r = relay(f)
 	r.maybeVacuum(ctx, VacuumEvery)
 	apitest.Eventually(t, "the refused vacuum", func() bool { _, running, off := vacuumState(r); return off && !running })
-	r.vacMu.Lock()
-	r.vacLast = time.Time{}
-	r.vacMu.Unlock()
+	refused, _, _ := vacuumState(r)
+	clock.Advance(VacuumInterval)
 	r.maybeVacuum(ctx, VacuumEvery)
-	if last, running, _ := vacuumState(r); !last.IsZero() || running {
+	if last, running, _ := vacuumState(r); !last.Equal(refused) || running {
 		t.Errorf("a vacuum started again after the database refused one")
 	}
 	if n := f.calls.Load(); n != 1 {
 		t.Errorf("a refused vacuum was tried %d times, want 1", n)
+	}
+
+	// Without a Vacuumer nothing is vacuumed.
+	r = relay(nil)
+	r.maybeVacuum(ctx, 10*VacuumEvery)
+	if last, running, _ := vacuumState(r); !last.IsZero() || running {
+		t.Errorf("a relay without a Vacuumer started a vacuum")
 	}
 }
 
@@ -373,8 +404,8 @@ func TestRelayLeavesRowsItCannotSendInTime(t *testing.T) {
 			c := apitest.NewClock(time.Now())
 			b := &slowSink{sink: sink{got: map[string]int{}}, clock: c, slow: first, d: tc.took}
 			// One send at a time; the lease outlasts a send by 150 ms.
-			cfg := RelayConfig{Batch: 50, Concurrency: 1, Poll: time.Hour, Lease: 200 * time.Millisecond, SendTimeout: 50 * time.Millisecond}
-			r := NewRelay(o, b, cfg, c.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+			cfg := Config{Batch: 50, Concurrency: 1, Poll: time.Hour, Lease: 200 * time.Millisecond, SendTimeout: 50 * time.Millisecond}
+			r := newRelay(o, b, cfg, c.Now)
 			n, err := r.relayOnce(context.Background())
 			if n != 2 || (err != nil) != tc.wantError {
 				t.Errorf("round: %d claimed, error %v; want 2, error %v", n, err, tc.wantError)
@@ -396,16 +427,9 @@ func TestRelayLeavesRowsItCannotSendInTime(t *testing.T) {
 
 // addLeased adds a pending row as a publish that reserved a hand-off place
 // stores it: leased, so no claim takes it.
-func (o *outbox) addLeased(expires time.Time) Pending {
-	id := o.add(expires)
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	r := o.rows[id]
-	r.claimed = true
-	return r.p
-}
+func (o *memOutbox) addLeased(expires time.Time) Pending { return o.insert(expires, true) }
 
-func (o *outbox) claimed(id uuid.UUID) bool {
+func (o *memOutbox) claimed(id uuid.UUID) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.rows[id].claimed
@@ -413,10 +437,10 @@ func (o *outbox) claimed(id uuid.UUID) bool {
 
 // handOffRelay is a relay with a hand-off of 100 over an in-memory outbox
 // and broker.
-func handOffRelay() (*outbox, *sink, *Relay) {
+func handOffRelay() (*memOutbox, *sink, *Relay) {
 	o, b := newOutbox(), &sink{got: map[string]int{}}
-	cfg := RelayConfig{Batch: 50, Concurrency: 8, Poll: time.Hour, Lease: time.Minute, SendTimeout: time.Second, HandOff: 100}
-	return o, b, NewRelay(o, b, cfg, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cfg := Config{Batch: 50, Concurrency: 8, Poll: time.Hour, Lease: time.Minute, SendTimeout: time.Second, HandOff: 100}
+	return o, b, newRelay(o, b, cfg, time.Now)
 }
 
 // open reports whether r's hand-off takes a reservation now.
@@ -431,15 +455,21 @@ func open(r *Relay) bool {
 // runRelay runs r until stop, which fails the test if Run does not return.
 func runRelay(t *testing.T, r *Relay) (stop func()) {
 	t.Helper()
+	cancel, wait := startRelay(t, r)
+	return func() { cancel(); wait() }
+}
+
+// startRelay runs r until cancel; wait fails the test if Run does not return.
+func startRelay(t *testing.T, r *Relay) (cancel, wait func()) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.Run(ctx); close(done) }()
 	apitest.Eventually(t, "the hand-off to open", func() bool { return open(r) })
-	return func() {
-		cancel()
+	return cancel, func() {
 		select {
 		case <-done:
-		case <-time.After(5 * time.Second):
+		case <-time.After(apitest.EventuallyTimeout):
 			t.Fatal("Run did not return after its context ended")
 		}
 	}
@@ -447,7 +477,8 @@ func runRelay(t *testing.T, r *Relay) (stop func()) {
 
 // TestRelayHandOff: sends handed over in memory go out once each without a
 // claim; a full hand-off refuses the reservation (the publish then stores its
-// sends unleased and notifies); expired ones are recorded, not sent.
+// sends unleased and notifies, and a claim takes them); an expired one is
+// sent too, for its consumer to dead-letter.
 func TestRelayHandOff(t *testing.T) {
 	t.Parallel()
 	o, b, r := handOffRelay()
@@ -458,15 +489,27 @@ func TestRelayHandOff(t *testing.T) {
 	if _, ok := r.Reserve(101); ok {
 		t.Error("Reserve(101) worked on a hand-off of 100")
 	}
-	handed, notified := 0, 0
-	for range 40 {
+	var handed, notified []uuid.UUID
+	for i := range 40 {
+		// Every fourth publish finds the hand-off full: another holds every
+		// place. The three before it fit (75 of 100 places) however slowly
+		// the relay drains.
+		full := i%4 == 3
+		if full {
+			apitest.Eventually(t, "every place to come back", func() bool { _, ok := r.Reserve(100); return ok })
+		}
 		lease, ok := r.Reserve(25)
+		if full {
+			r.Unreserve(100)
+		}
+		if ok == full {
+			t.Fatalf("publish %d: Reserve(25) = %v, want %v", i, ok, !full)
+		}
 		if !ok {
 			for range 25 {
-				o.add(time.Time{})
+				notified = append(notified, o.add(time.Time{}))
 			}
 			r.Notify()
-			notified++
 			continue
 		}
 		if lease.Owner != r.owner || time.Until(lease.Until) < 50*time.Second {
@@ -475,14 +518,14 @@ func TestRelayHandOff(t *testing.T) {
 		p := make([]Pending, 25)
 		for i := range p {
 			p[i] = o.addLeased(time.Time{})
+			handed = append(handed, p[i].ID)
 		}
 		r.HandOff(lease, p)
-		handed++
-		time.Sleep(10 * time.Millisecond)
 	}
 	lease, _ := r.Reserve(1)
 	expiry := time.Now().Add(-time.Second)
 	expired := o.addLeased(expiry)
+	handed = append(handed, expired.ID)
 	r.HandOff(lease, []Pending{expired})
 	apitest.Eventually(t, "1001 sends", func() bool { return o.count(message.StatusSent) == 1001 })
 	b.mu.Lock()
@@ -496,9 +539,18 @@ func TestRelayHandOff(t *testing.T) {
 			len(b.got), b.got[expired.ID.String()], message.HeaderExpiresAt, b.exp[expired.ID.String()], expiry.UnixMilli())
 	}
 	b.mu.Unlock()
-	if handed < 20 {
-		t.Errorf("%d of 40 publishes handed off; want most (the hand-off holds 4 at once and drains in ~4 ms, 10 ms apart)", handed)
+	o.mu.Lock()
+	for _, id := range handed {
+		if n := o.claimCount[id]; n != 0 {
+			t.Errorf("handed-off send %s claimed %d times, want sent without a claim", id, n)
+		}
 	}
+	for _, id := range notified {
+		if n := o.claimCount[id]; n != 1 {
+			t.Errorf("send %s of a publish that found the hand-off full claimed %d times, want once", id, n)
+		}
+	}
+	o.mu.Unlock()
 	apitest.Eventually(t, "every place to come back", func() bool {
 		if _, ok := r.Reserve(100); ok {
 			r.Unreserve(100)
@@ -506,10 +558,6 @@ func TestRelayHandOff(t *testing.T) {
 		}
 		return false
 	})
-	if claims := o.claims.Load(); notified == 0 && claims > 1 {
-		t.Errorf("%d claims although every publish was handed off", claims)
-	}
-	t.Logf("%d publishes handed off, %d notified, %d claims", handed, notified, o.claims.Load())
 	stop()
 	if _, ok := r.Reserve(1); ok {
 		t.Error("Reserve worked after Run returned")
@@ -546,9 +594,9 @@ func TestRelayHandOffShutdown(t *testing.T) {
 	o := newOutbox()
 	first := o.addLeased(time.Time{})
 	b := &stallSink{sink: sink{got: map[string]int{}}, stall: first.ID, release: make(chan struct{})}
-	cfg := RelayConfig{Batch: 50, Concurrency: 1, Poll: time.Hour, Lease: time.Minute, SendTimeout: 5 * time.Second, HandOff: 100}
-	r := NewRelay(o, b, cfg, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
-	stop := runRelay(t, r)
+	cfg := Config{Batch: 50, Concurrency: 1, Poll: time.Hour, Lease: time.Minute, SendTimeout: 5 * time.Second, HandOff: 100}
+	r := newRelay(o, b, cfg, time.Now)
+	cancel, wait := startRelay(t, r)
 	lease, _ := r.Reserve(11)
 	rest := make([]Pending, 10)
 	for i := range rest {
@@ -556,11 +604,12 @@ func TestRelayHandOffShutdown(t *testing.T) {
 	}
 	r.HandOff(lease, append([]Pending{first}, rest...))
 	apitest.Eventually(t, "the first send to start", func() bool { return b.tries.Load() == 0 && len(r.sem) == 1 })
-	go func() {
-		time.Sleep(100 * time.Millisecond)
-		close(b.release)
-	}()
-	stop()
+	// Shut down while the first send is in flight: the hand-off closes
+	// (and gives back what is queued); then the broker answers.
+	cancel()
+	apitest.Eventually(t, "the hand-off to close", func() bool { return !open(r) })
+	close(b.release)
+	wait()
 	if o.count(message.StatusSent) != 1 || o.claimed(first.ID) {
 		t.Errorf("%d sent, first claimed %v: want the send in flight recorded", o.count(message.StatusSent), o.claimed(first.ID))
 	}
@@ -623,7 +672,7 @@ func TestRelayHandOffAfterStop(t *testing.T) {
 }
 
 // addTo adds a pending row for destination with refusals already counted.
-func (o *outbox) addTo(dest string, expires time.Time, refusals int) uuid.UUID {
+func (o *memOutbox) addTo(dest string, expires time.Time, refusals int) uuid.UUID {
 	id := o.add(expires)
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -637,31 +686,36 @@ func (o *outbox) addTo(dest string, expires time.Time, refusals int) uuid.UUID {
 // (cut short by its expiry), given up as an expired dead letter once its
 // event has expired, and as a broker_refused one after MaxRefusals refusals
 // (unless the address is full: back-pressure, until it has waited
-// MaxFullWait); once the broker takes it, it is sent.
+// MaxFullWait); once the broker takes it, it is sent. The pauses run on the
+// relay's clock, which the test moves.
 func TestRelayRefusals(t *testing.T) {
 	t.Parallel()
-	o, b := newOutbox(), &sink{got: map[string]int{}}
+	clock := apitest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	start := clock.Now()
+	o, b := newOutboxAt(clock.Now), &sink{got: map[string]int{}}
 	b.refusing.Store(true)
-	cfg := RelayConfig{Batch: 50, Concurrency: 8, Poll: 20 * time.Millisecond, Lease: time.Minute, SendTimeout: time.Second, MaxRefusals: 3}
-	r := NewRelay(o, b, cfg, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cfg := Config{Batch: 50, Concurrency: 8, Poll: 20 * time.Millisecond, Lease: time.Minute, SendTimeout: time.Second, MaxRefusals: 3}
+	r := newRelay(o, b, cfg, clock.Now)
 	retried := o.addTo("refused::q", time.Time{}, 0)
-	expired := o.addTo("refused::q", time.Now().Add(-time.Second), 0)
-	expiring := o.addTo("refused::q", time.Now().Add(400*time.Millisecond), 0)
+	expired := o.addTo("refused::q", start.Add(-time.Second), 0)
+	expiring := o.addTo("refused::q", start.Add(400*time.Millisecond), 0)
 	last := o.addTo("refused::q", time.Time{}, 2)
 	full := o.addTo("full::q", time.Time{}, 2)
 	fullLong := o.addTo("full::q", time.Time{}, 2)
 	o.mu.Lock()
-	o.rows[fullLong].p.CreatedAt = time.Now().Add(-MaxFullWait)
+	o.rows[fullLong].p.CreatedAt = start.Add(-MaxFullWait)
 	o.mu.Unlock()
 	fine := o.addTo("room::q", time.Time{}, 0)
-	start := time.Now()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { r.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 
+	// The first round claims every row at once.
 	apitest.Eventually(t, "the first round's outcomes", func() bool {
-		return o.count(message.StatusSent) == 1 && len(o.row(retried).refusals) == 1 && len(o.row(last).refusals) == 1
+		return o.count(message.StatusSent) == 1 && len(o.row(retried).refusals) == 1 && len(o.row(expired).refusals) == 1 &&
+			len(o.row(expiring).refusals) == 1 && len(o.row(last).refusals) == 1 && len(o.row(full).refusals) == 1 &&
+			len(o.row(fullLong).refusals) == 1
 	})
 	if err := r.Healthy(); err != nil {
 		t.Errorf("Healthy() = %v after refusals: the broker was reachable", err)
@@ -674,7 +728,12 @@ func TestRelayRefusals(t *testing.T) {
 		id     uuid.UUID
 		status message.Status
 		reason string
-	}{{"expired", expired, message.StatusExpired, delivery.ReasonExpired}, {"refused MaxRefusals times", last, message.StatusDeadLettered, delivery.ReasonBrokerRefused}} {
+	}{
+		{"expired", expired, message.StatusExpired, delivery.ReasonExpired},
+		{"refused MaxRefusals times", last, message.StatusDeadLettered, delivery.ReasonBrokerRefused},
+		// A full address is back-pressure, until the copy has waited MaxFullWait.
+		{"refused MaxRefusals times for a full address after MaxFullWait", fullLong, message.StatusDeadLettered, delivery.ReasonBrokerRefused},
+	} {
 		row := o.row(c.id)
 		if len(row.refusals) != 1 || row.status != c.status || row.refusals[0].Reason != c.reason || !row.refusals[0].RetryAt.IsZero() {
 			t.Errorf("%s copy: %q after %+v; want given up once as %q, reason %s", c.name, row.status, row.refusals, c.status, c.reason)
@@ -684,37 +743,40 @@ func TestRelayRefusals(t *testing.T) {
 		t.Errorf("given-up copy's error %q: want the count and the broker's answer", f.Error)
 	}
 	// A full address is back-pressure: never given up for the count.
-	apitest.Eventually(t, "the full address's refusal", func() bool { return len(o.row(full).refusals) == 1 })
-	if f := o.row(full).refusals[0]; f.RetryAt.IsZero() || o.row(full).status != message.StatusPending || !strings.Contains(f.Error, "AMQ229102") {
-		t.Errorf("copy refused %d times, the last for a full address: %+v, %q; want it tried again", 3, f, o.row(full).status)
+	if f := o.row(full).refusals[0]; !f.RetryAt.Equal(start.Add(RefusalBackoff(2))) || o.row(full).status != message.StatusPending || !strings.Contains(f.Error, "AMQ229102") {
+		t.Errorf("copy refused 3 times, the last for a full address: %+v, %q; want it tried again %s later", f, o.row(full).status, RefusalBackoff(2))
 	}
-	// ... until it has waited MaxFullWait.
-	apitest.Eventually(t, "the long-waiting full copy's refusal", func() bool { return len(o.row(fullLong).refusals) == 1 })
-	if f := o.row(fullLong).refusals[0]; o.row(fullLong).status != message.StatusDeadLettered || f.Reason != delivery.ReasonBrokerRefused {
-		t.Errorf("copy refused 3 times for a full address after waiting %s: %q %+v; want a broker_refused dead letter", MaxFullWait, o.row(fullLong).status, f)
-	}
-	f := o.row(retried).refusals[0]
-	if f.Status != "" || f.RetryAt.Before(start.Add(time.Second)) || f.RetryAt.After(time.Now().Add(time.Second)) || !strings.Contains(f.Error, "AMQ229017") {
+	if f := o.row(retried).refusals[0]; f.Status != "" || !f.At.Equal(start) || !f.RetryAt.Equal(start.Add(time.Second)) || !strings.Contains(f.Error, "AMQ229017") {
 		t.Errorf("first refusal %+v: want a retry a second later, with the broker's answer", f)
 	}
-	if f := o.row(expiring).refusals[0]; f.RetryAt.IsZero() || f.RetryAt.After(start.Add(400*time.Millisecond)) {
-		t.Errorf("refusal of a copy expiring in 400 ms: retry at %v, want by its expiry", f.RetryAt)
+	if f := o.row(expiring).refusals[0]; !f.RetryAt.Equal(start.Add(400 * time.Millisecond)) {
+		t.Errorf("refusal of a copy expiring in 400 ms: retry at %v, want at its expiry", f.RetryAt)
+	}
+
+	// Until the clock moves, later rounds find nothing to try again.
+	rounds := o.claims.Load()
+	apitest.Eventually(t, "two more rounds", func() bool { return o.claims.Load() >= rounds+2 })
+	if n, m := len(o.row(retried).refusals), len(o.row(expiring).refusals); n != 1 || m != 1 {
+		t.Errorf("copies tried again before their pause ended: %d and %d refusals, want 1 each", n, m)
 	}
 
 	// At its expiry the expiring copy is tried again and given up; the other
 	// is not tried again before its second is out.
+	clock.Advance(400 * time.Millisecond)
 	apitest.Eventually(t, "the expiring copy given up", func() bool { return o.row(expiring).status == message.StatusExpired })
 	if n := len(o.row(expiring).refusals); n != 2 || o.row(expiring).refusals[1].Reason != delivery.ReasonExpired {
 		t.Errorf("expiring copy: %+v, want a retry at its expiry and then an expired dead letter", o.row(expiring).refusals)
 	}
-	if n := len(o.row(retried).refusals); n != 1 && time.Since(start) < time.Second {
+	if n := len(o.row(retried).refusals); n != 1 {
 		t.Errorf("copy tried again %d times within its first second", n-1)
 	}
+	clock.Advance(600 * time.Millisecond)
 	apitest.Eventually(t, "the second refusal", func() bool { return len(o.row(retried).refusals) == 2 })
 	if f := o.row(retried).refusals[1]; f.RetryAt.Sub(f.At) != 2*time.Second || o.row(retried).status != message.StatusPending {
 		t.Errorf("second refusal %+v: want a retry 2 s later, still pending", f)
 	}
 	b.refusing.Store(false) // e.g. the queue is created
+	clock.Advance(2 * time.Second)
 	apitest.Eventually(t, "the refused copy sent once the broker takes it", func() bool { return o.row(retried).status == message.StatusSent })
 	if err := r.Healthy(); err != nil {
 		t.Errorf("Healthy() = %v", err)
@@ -753,8 +815,8 @@ func TestRelayRetriesRecordingSends(t *testing.T) {
 	t.Parallel()
 	o, b := newOutbox(), &sink{got: map[string]int{}}
 	o.failMarks.Store(3)
-	cfg := RelayConfig{Batch: 50, Concurrency: 8, Poll: time.Hour, Lease: time.Minute, SendTimeout: time.Second}
-	r := NewRelay(o, b, cfg, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	cfg := Config{Batch: 50, Concurrency: 8, Poll: time.Hour, Lease: time.Minute, SendTimeout: time.Second}
+	r := newRelay(o, b, cfg, time.Now)
 	for range 5 {
 		o.add(time.Time{})
 	}

@@ -1,4 +1,4 @@
-package publish
+package outbox
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
 	"github.com/roomhub/messaging-api/message"
 )
 
@@ -46,12 +47,10 @@ func newHandoff(n int) *handoff {
 	return &handoff{free: n, q: make(chan handed, n), recWake: make(chan struct{}, 1)}
 }
 
-var _ HandOff = (*Relay)(nil)
-
-// Reserve implements HandOff: it takes n places in the hand-off queue and
-// returns the lease to store the sends with, or false when the queue is full,
-// the relay is not running, or the broker failed the last handed-off send
-// (then claims, which back off, carry the load).
+// Reserve takes n places in the hand-off queue and returns the lease to
+// store the sends with, or false when the queue is full, the hand-off is
+// off, the relay is not running, or the broker failed the last handed-off
+// send (then claims, which back off, carry the load).
 func (r *Relay) Reserve(n int) (Lease, bool) {
 	h := r.hand
 	if h == nil {
@@ -66,17 +65,17 @@ func (r *Relay) Reserve(n int) (Lease, bool) {
 	return Lease{Owner: r.owner, Until: r.now().Add(r.cfg.Lease)}, true
 }
 
-// Unreserve implements HandOff: it gives back places of a publish that failed.
+// Unreserve gives back places of a publish that failed.
 func (r *Relay) Unreserve(n int) {
 	r.hand.mu.Lock()
 	r.hand.free += n
 	r.hand.mu.Unlock()
 }
 
-// HandOff implements HandOff: the sends of a committed publish, stored with
-// lease. It never blocks: their places were reserved. Should the relay have
-// stopped meanwhile (a shutdown that outlasted its grace), it releases them
-// at once, so that the next claim takes them instead of waiting for the lease.
+// HandOff takes the sends of a committed publish, stored with lease. It
+// never blocks: their places were reserved. Should the relay have stopped
+// meanwhile (a shutdown that outlasted its grace), it releases them at once,
+// so that the next claim takes them instead of waiting for the lease.
 func (r *Relay) HandOff(lease Lease, p []Pending) {
 	h := r.hand
 	h.mu.Lock()
@@ -205,7 +204,9 @@ func (r *Relay) recordLater(add func()) {
 
 // record writes the outcomes of handed-off sends as they come: each write
 // takes all that finished while the one before ran (a group commit). When
-// ctx is done it waits for the sends in flight and writes the rest.
+// ctx is done it waits for the sends in flight and writes the rest. It is
+// not a GroupCommit: no send waits for its outcome to be written, a failed
+// write keeps its outcomes for the next one, and it lingers to gather them.
 func (r *Relay) record(ctx context.Context, streamDone <-chan struct{}) {
 	h := r.hand
 	backoff := 100 * time.Millisecond
