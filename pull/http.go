@@ -9,6 +9,7 @@ import (
 
 	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/auth"
+	"github.com/roomhub/messaging-api/subscriptions"
 )
 
 // Routes registers the pull endpoints under g (/v1).
@@ -86,8 +87,8 @@ func decodeAck(c echo.Context, deadline bool) (ackRequest, error) {
 	switch {
 	case deadline && req.AckDeadlineMs == nil:
 		probs.Add("ackDeadlineMs", "is required")
-	case deadline && (*req.AckDeadlineMs < 0 || *req.AckDeadlineMs > 600000):
-		probs.Add("ackDeadlineMs", "must be from 0 to 600000")
+	case deadline && (*req.AckDeadlineMs < 0 || *req.AckDeadlineMs > subscriptions.MaxAckDeadline.Milliseconds()):
+		probs.Add("ackDeadlineMs", fmt.Sprintf("must be from 0 to %d", subscriptions.MaxAckDeadline.Milliseconds()))
 	case !deadline && req.AckDeadlineMs != nil:
 		probs.Add("ackDeadlineMs", "belongs to modify-ack-deadline")
 	}
