@@ -24,6 +24,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/roomhub/messaging-api/api/apitest"
 	"github.com/roomhub/messaging-api/broker"
 )
 
@@ -162,16 +163,18 @@ func receive(t *testing.T, sub broker.Subscription, timeout time.Duration) *brok
 	}
 }
 
-func expectNothing(t *testing.T, sub broker.Subscription, wait time.Duration) {
+// expectNothingBefore sends a marker to d and fails unless it is the next
+// delivery of sub: the broker queues it behind everything sent or put back
+// before it, so anything that was still to come arrives first, and nothing
+// has to be waited for to show that nothing came.
+func expectNothingBefore(t *testing.T, b broker.Broker, sub broker.Subscription, d broker.Destination) {
 	t.Helper()
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	select {
-	case d, ok := <-sub.C():
-		if ok {
-			t.Fatalf("unexpected delivery %q (headers %v)", d.Body, d.Headers)
-		}
-	case <-timer.C:
+	marker := "marker-" + uuid.NewString()
+	send(t, b, broker.Message{Destination: d, Body: []byte(marker), Attempt: 1})
+	got := receive(t, sub, 10*time.Second)
+	ack(t, got)
+	if string(got.Body) != marker {
+		t.Fatalf("unexpected delivery %q (headers %v) before the marker", got.Body, got.Headers)
 	}
 }
 
@@ -277,7 +280,7 @@ func (s *suite) roundTrip(t *testing.T) {
 			if err := got.Ack(ctx(t)); err == nil {
 				t.Error("second Ack of one delivery succeeded")
 			}
-			expectNothing(t, sub, 300*time.Millisecond)
+			expectNothingBefore(t, b, sub, d)
 		})
 	}
 }
@@ -366,6 +369,8 @@ func (s *suite) expiry(t *testing.T) {
 		Expires: now.Add(300 * time.Millisecond)})
 	send(t, b, broker.Message{Destination: d, Body: []byte("marker"), Attempt: 1,
 		Delay: time.Second})
+	// The broker's own clock expires the message in the queue, and no
+	// clock of the test can move it: wait until it is past its expiry.
 	time.Sleep(time.Until(now.Add(500 * time.Millisecond)))
 
 	sub := subscribe(t, b, d, 10)
@@ -374,7 +379,8 @@ func (s *suite) expiry(t *testing.T) {
 		t.Fatalf("delivered %q, an expired message", got.Body)
 	}
 	ack(t, got)
-	expectNothing(t, sub, 500*time.Millisecond)
+	// The scheduled messages came due before the delayed marker did.
+	expectNothingBefore(t, b, sub, d)
 }
 
 func (s *suite) redeliveryAfterClose(t *testing.T) {
@@ -431,7 +437,7 @@ func (s *suite) redeliveryAfterClose(t *testing.T) {
 			if !slices.Equal(redelivered, want) {
 				t.Errorf("redelivered %q, want %q (%q was acked)", redelivered, want, acked)
 			}
-			expectNothing(t, second, 500*time.Millisecond)
+			expectNothingBefore(t, producer, second, d)
 		})
 	}
 }
@@ -492,6 +498,7 @@ func (s *suite) concurrent(t *testing.T) {
 		mu        sync.Mutex
 		counts    = make(map[string]int, total)
 		perSub    [2]int
+		markers   [2]int // markers each consumer took (see below)
 		ackErrors []error
 		all       = make(chan struct{})
 	)
@@ -507,6 +514,11 @@ func (s *suite) concurrent(t *testing.T) {
 				mu.Lock()
 				if err != nil {
 					ackErrors = append(ackErrors, err)
+				}
+				if dlv.Headers["x-marker"] != "" {
+					markers[i]++
+					mu.Unlock()
+					continue
 				}
 				counts[dlv.Headers["x-key"]]++
 				perSub[i]++
@@ -556,8 +568,22 @@ func (s *suite) concurrent(t *testing.T) {
 	case <-timer.C:
 	}
 	received := time.Since(start)
-	// Anything still in flight shows up as a duplicate below.
-	time.Sleep(200 * time.Millisecond)
+	// A duplicate may still be on its way to a consumer. Markers sent now,
+	// one at a time, until each consumer has taken one, come after every
+	// message the broker handed it: once they are through, anything still in
+	// flight has been counted below.
+	sentMarkers := 0
+	apitest.EventuallyWithin(t, 30*time.Second, "a marker through each consumer", func() bool {
+		mu.Lock()
+		through, pending := markers[0] > 0 && markers[1] > 0, sentMarkers > markers[0]+markers[1]
+		mu.Unlock()
+		if !through && !pending {
+			sentMarkers++
+			send(t, producer, broker.Message{Destination: d, Headers: map[string]string{"x-marker": strconv.Itoa(sentMarkers)},
+				Body: []byte("marker"), Attempt: 1})
+		}
+		return through
+	})
 	for _, sub := range subs {
 		_ = sub.Close()
 	}
@@ -670,6 +696,9 @@ func (s *suite) reconnectsAfterRestart(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	sendCtx := ctx(t)
+	// The test goroutine runs Restart meanwhile, so this one polls for the
+	// outage itself: apitest.Eventually must fail the test from the test
+	// goroutine. A missed outage is reported below.
 	go func() {
 		var r result
 		deadline := time.Now().Add(90 * time.Second)
@@ -762,19 +791,6 @@ func sendBacklog(t *testing.T, b broker.Broker, d broker.Destination, n, size in
 	}
 }
 
-// eventually polls cond every 10 ms until it holds, and fails with what
-// after within.
-func eventually(t *testing.T, within time.Duration, cond func() bool, what func() string) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", within, what())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // consumer counts what a subscription delivers, acking each delivery or
 // none.
 type consumer struct {
@@ -817,17 +833,19 @@ func (s *suite) prefetchBounds(t *testing.T) {
 				t.Error("Full before any delivery")
 			}
 			holder := consume(t, sub, false)
-			sendBacklog(t, b, d, total, tc.size)
-			eventually(t, 10*time.Second, sub.Full, func() string {
-				return fmt.Sprintf("a consumer with prefetch %d holds %d of %d messages and is not Full", tc.prefetch, holder.n.Load(), total)
+			var drain *consumer
+			t.Cleanup(func() {
+				if t.Failed() && drain != nil {
+					t.Logf("the holder has %d, the other consumer %d, of %d", holder.n.Load(), drain.n.Load(), total)
+				}
 			})
+			sendBacklog(t, b, d, total, tc.size)
+			apitest.EventuallyWithin(t, 10*time.Second, fmt.Sprintf("a consumer with prefetch %d to be Full", tc.prefetch), sub.Full)
 			// The other consumer drains what the holder was not given; then the
 			// holder's count is final.
-			drain := consume(t, subscribe(t, s.newBroker(t), d, 100), true)
-			eventually(t, 30*time.Second, func() bool { return holder.n.Load()+drain.n.Load() == int64(total) },
-				func() string {
-					return fmt.Sprintf("the holder has %d, the other consumer %d, of %d", holder.n.Load(), drain.n.Load(), total)
-				})
+			drain = consume(t, subscribe(t, s.newBroker(t), d, 100), true)
+			apitest.EventuallyWithin(t, 30*time.Second, fmt.Sprintf("the two consumers to hold all %d messages", total),
+				func() bool { return holder.n.Load()+drain.n.Load() == int64(total) })
 			held := int(holder.n.Load())
 			t.Logf("prefetch %d, %d-byte payloads: held %d of a backlog of %d unacked; the other consumer took %d",
 				tc.prefetch, tc.size, held, total, total-held)
@@ -905,10 +923,13 @@ func (s *suite) shareBacklog(t *testing.T) {
 		t.Fatalf("one consumer got nothing in 10 s: the other holds the backlog of %d", total)
 	}
 	close(start)
-	eventually(t, 60*time.Second, func() bool { return counts[0].Load()+counts[1].Load() == total },
-		func() string {
-			return fmt.Sprintf("consumed %d and %d of %d", counts[0].Load(), counts[1].Load(), total)
-		})
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("consumed %d and %d of %d", counts[0].Load(), counts[1].Load(), total)
+		}
+	})
+	apitest.EventuallyWithin(t, 60*time.Second, fmt.Sprintf("the two consumers to take all %d messages", total),
+		func() bool { return counts[0].Load()+counts[1].Load() == total })
 	a, c := counts[0].Load(), counts[1].Load()
 	t.Logf("two consumers with prefetch %d took %d and %d of %d (%.0f %%, %.0f %%)", prefetch, a, c, total,
 		100*float64(a)/total, 100*float64(c)/total)
