@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/roomhub/messaging-api/api/apitest"
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/message"
@@ -182,7 +183,9 @@ func TestParkedCopiesReleasedWhenQuickAgain(t *testing.T) {
 	t.Parallel()
 	release := make(chan struct{})
 	var opened atomic.Bool
+	var answered atomic.Int32
 	endpoint := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer answered.Add(1) // before the response goes out
 		select {
 		case <-release:
 		case <-r.Context().Done():
@@ -195,7 +198,7 @@ func TestParkedCopiesReleasedWhenQuickAgain(t *testing.T) {
 		endpoint.Close()
 	})
 	sub := subscriptions.Subscription{ID: uuid.New(), Type: subscriptions.TypePush, PushURL: endpoint.URL, Status: subscriptions.StatusActive}
-	log := &settleRecorder{}
+	log := &releaseWatch{settleRecorder: &settleRecorder{}, answered: &answered}
 	dir := &twoSubs{subs: map[uuid.UUID]subscriptions.Subscription{sub.ID: sub}, out: map[message.Status]int{}}
 
 	// A window of 12: 2 requests hang, 2 messages wait in the backlog, 8
@@ -206,7 +209,7 @@ func TestParkedCopiesReleasedWhenQuickAgain(t *testing.T) {
 	for range 12 {
 		send(sub.ID)
 	}
-	runDispatcher(t, d)
+	stop := runDispatcher(t, d)
 
 	parked := func() int {
 		settled, _ := log.snapshot()
@@ -218,11 +221,7 @@ func TestParkedCopiesReleasedWhenQuickAgain(t *testing.T) {
 		}
 		return n
 	}
-	eventually(t, 3*time.Second, "8 parked copies", func() bool { return parked() == 8 })
-	time.Sleep(300 * time.Millisecond)
-	if r := log.releases(); len(r) != 0 {
-		t.Fatalf("parked copies released %d times while the endpoint hangs", len(r))
-	}
+	apitest.EventuallyWithin(t, 3*time.Second, "8 parked copies", func() bool { return parked() == 8 })
 	opened.Store(true)
 	close(release)
 	delivered := func() int {
@@ -238,16 +237,42 @@ func TestParkedCopiesReleasedWhenQuickAgain(t *testing.T) {
 	// The 2 hanging requests end slow (no release); the 2 in the backlog
 	// then go quickly, and so do 4 sent after them: the first quick one
 	// releases the parked copies, the others do not (none parked since).
-	eventually(t, 3*time.Second, "4 deliveries", func() bool { return delivered() == 4 })
+	apitest.EventuallyWithin(t, 3*time.Second, "4 deliveries", func() bool { return delivered() == 4 })
 	for range 4 {
 		send(sub.ID)
 	}
-	eventually(t, 3*time.Second, "8 deliveries", func() bool { return delivered() == 8 })
-	eventually(t, 2*time.Second, "release of the parked copies", func() bool { return len(log.releases()) > 0 })
-	time.Sleep(100 * time.Millisecond)
+	apitest.EventuallyWithin(t, 3*time.Second, "8 deliveries", func() bool { return delivered() == 8 })
+	apitest.EventuallyWithin(t, 2*time.Second, "release of the parked copies", func() bool { return len(log.releases()) > 0 })
+	// A stopped dispatcher has finished its releases: the count is final.
+	stop()
 	if r := log.releases(); len(r) != 1 || r[0] != sub.ID {
 		t.Errorf("released %v; want the subscription's parked copies released once", r)
 	}
+	if n := log.answeredAt(); n[0] == 0 {
+		t.Errorf("parked copies released while the endpoint hung, before it answered any request")
+	}
+}
+
+// releaseWatch is a settleRecorder that notes, at each release of parked
+// copies, how many requests the endpoint had answered by then.
+type releaseWatch struct {
+	*settleRecorder
+	answered *atomic.Int32
+	mu       sync.Mutex
+	at       []int32
+}
+
+func (l *releaseWatch) ReleaseParked(ctx context.Context, sub uuid.UUID, at time.Time) (int, error) {
+	l.mu.Lock()
+	l.at = append(l.at, l.answered.Load())
+	l.mu.Unlock()
+	return l.settleRecorder.ReleaseParked(ctx, sub, at)
+}
+
+func (l *releaseWatch) answeredAt() []int32 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]int32(nil), l.at...)
 }
 
 // TestSlowDelay: a slow subscription's deferral doubles with each one in a
@@ -309,12 +334,14 @@ func deferrals(t *testing.T, handler http.HandlerFunc, timeout time.Duration, fi
 	for range first {
 		send(sub.ID)
 	}
+	// The endpoint's hang in real time, which the dispatcher measures with
+	// the request latencies and client timeouts that no test clock moves.
 	time.Sleep(pause)
 	for range second {
 		send(sub.ID)
 	}
 	var copies []delivery.Settlement
-	eventually(t, 3*time.Second, fmt.Sprintf("%d deferred copies", n), func() bool {
+	apitest.EventuallyWithin(t, 3*time.Second, fmt.Sprintf("%d deferred copies", n), func() bool {
 		settled, _ := log.snapshot()
 		copies = copies[:0]
 		for _, s := range settled {

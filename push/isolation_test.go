@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/roomhub/messaging-api/api/apitest"
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/message"
@@ -61,7 +62,9 @@ func TestDispatcherIsolatesAHangingEndpoint(t *testing.T) {
 		fastGot.Add(1)
 		w.WriteHeader(http.StatusNoContent)
 	}))
-	t.Cleanup(func() { close(release); hang.Close(); fast.Close() })
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(release) }) }
+	t.Cleanup(func() { open(); hang.Close(); fast.Close() })
 	slowSub := subscriptions.Subscription{ID: uuid.New(), Type: subscriptions.TypePush, PushURL: hang.URL, Status: subscriptions.StatusActive}
 	fastSub := subscriptions.Subscription{ID: uuid.New(), Type: subscriptions.TypePush, PushURL: fast.URL, Status: subscriptions.StatusActive}
 	db := &twoSubs{subs: map[uuid.UUID]subscriptions.Subscription{slowSub.ID: slowSub, fastSub.ID: fastSub}, out: map[message.Status]int{}}
@@ -76,17 +79,24 @@ func TestDispatcherIsolatesAHangingEndpoint(t *testing.T) {
 	runDispatcher(t, d)
 
 	// The hanging requests last 10 s; the fast endpoint must not wait for them.
-	eventually(t, 3*time.Second, "the fast endpoint's 20 deliveries", func() bool { return fastGot.Load() == 20 })
+	apitest.EventuallyWithin(t, 3*time.Second, "the fast endpoint's 20 deliveries", func() bool { return fastGot.Load() == 20 })
 	// Each deferral's ack frees a slot for the fast endpoint, so its 20 can
 	// all pass through the first 7 while the 8th is still being stored.
-	deferrals := func() int {
+	outcomes := func() (deferred, all int) {
 		db.mu.Lock()
 		defer db.mu.Unlock()
-		return db.out[delivery.StatusDeferred]
+		for _, n := range db.out {
+			all += n
+		}
+		return db.out[delivery.StatusDeferred], all
 	}
-	eventually(t, 2*time.Second, "8 deferrals", func() bool { return deferrals() >= 8 })
-	time.Sleep(50 * time.Millisecond)
-	if n := deferrals(); n != 8 {
+	apitest.EventuallyWithin(t, 2*time.Second, "8 deferrals", func() bool { d, _ := outcomes(); return d >= 8 })
+	// Once the endpoint answers, the hanging requests and the backlog behind
+	// them are delivered: with all 32 messages settled, the number deferred
+	// is final.
+	open()
+	apitest.EventuallyWithin(t, 3*time.Second, "all 32 messages settled", func() bool { _, all := outcomes(); return all == 32 })
+	if n, _ := outcomes(); n != 8 {
 		t.Errorf("%d deferrals, want the 8 held messages beyond the backlog of 2", n)
 	}
 }
@@ -113,10 +123,14 @@ func smallWindowDispatcher(t *testing.T, dir Directory, log Log) (*Dispatcher, f
 	}
 }
 
-// runDispatcher runs d until the test ends.
-func runDispatcher(t *testing.T, d *Dispatcher) {
+// runDispatcher runs d until the test ends or stop, which returns once Run
+// has.
+func runDispatcher(t *testing.T, d *Dispatcher) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	var once sync.Once
+	stop = func() { once.Do(func() { cancel(); <-done }) }
+	t.Cleanup(stop)
+	return stop
 }

@@ -2,6 +2,8 @@ package push
 
 import (
 	"fmt"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -9,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/roomhub/messaging-api/api/apitest"
 	"github.com/roomhub/messaging-api/broker"
 )
 
@@ -32,17 +35,20 @@ func takeWithin(t *testing.T, s *scheduler, within time.Duration) *job {
 	}
 }
 
-// assertBlocks checks that take finds nothing ready: it must still block
-// after a short while. The blocked take is released with a job of its own.
+// assertBlocks checks that take finds nothing ready: it waits for a job.
+// The blocked take is released with a job of its own.
 func assertBlocks(t *testing.T, s *scheduler) {
 	t.Helper()
 	got := make(chan *job, 1)
 	go func() { got <- s.take() }()
-	select {
-	case j := <-got:
-		t.Fatalf("take returned %s; nothing should be ready", name(j))
-	case <-time.After(50 * time.Millisecond):
-	}
+	apitest.Eventually(t, "take to wait for a job", func() bool {
+		select {
+		case j := <-got:
+			t.Fatalf("take returned %s; nothing should be ready", name(j))
+		default:
+		}
+		return waitingInTake()
+	})
 	unblock := testJob(uuid.New(), "unblock")
 	s.add(unblock)
 	select {
@@ -54,6 +60,24 @@ func assertBlocks(t *testing.T, s *scheduler) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("take still blocked after a job was added")
 	}
+}
+
+// waitingInTake reports whether a goroutine that the calling goroutine
+// started waits in scheduler.take for a job: the runtime's stacks show it
+// once it does, where a pause could only show that take had not returned.
+func waitingInTake() bool {
+	self := make([]byte, 64)
+	self = self[:runtime.Stack(self, false)]
+	id, _, _ := strings.Cut(strings.TrimPrefix(string(self), "goroutine "), " ")
+	all := make([]byte, 1<<20)
+	all = all[:runtime.Stack(all, true)]
+	for _, g := range strings.Split(string(all), "\n\n") {
+		if strings.Contains(g, "sync.(*Cond).Wait") && strings.Contains(g, ".(*scheduler).take(") &&
+			strings.Contains(g, " in goroutine "+id+"\n") {
+			return true
+		}
+	}
+	return false
 }
 
 func name(j *job) string {
@@ -162,7 +186,7 @@ func TestSchedulerCloseDrains(t *testing.T) {
 	// A worker blocked in take is woken by close.
 	woken := make(chan *job, 1)
 	go func() { woken <- s.take() }()
-	time.Sleep(20 * time.Millisecond) // let it block; it returns nil either way
+	apitest.Eventually(t, "take to wait for a job", waitingInTake)
 	s.close()
 	select {
 	case j := <-woken:
@@ -233,7 +257,7 @@ func TestSchedulerConcurrent(t *testing.T) {
 				n := len(taken)
 				mu.Unlock()
 				if n%7 == 0 {
-					time.Sleep(50 * time.Microsecond) // vary how long a job runs
+					time.Sleep(50 * time.Microsecond) // a job that takes a little work, to vary the interleaving
 				}
 				running[j.key].Add(-1)
 				s.done(j)
@@ -258,13 +282,7 @@ func TestSchedulerConcurrent(t *testing.T) {
 	}
 	producersWG.Wait()
 
-	deadline := time.Now().Add(20 * time.Second)
-	for s.pending() > 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d jobs still pending 20 s after the last add", s.pending())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	apitest.EventuallyWithin(t, 20*time.Second, "every job accepted to be finished", func() bool { return s.pending() == 0 })
 	s.close()
 	stopped := make(chan struct{})
 	go func() { workersWG.Wait(); close(stopped) }()

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/roomhub/messaging-api/api/apitest"
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/message"
@@ -82,9 +83,9 @@ func TestDispatcherFreesTheSlotBeforeTheCommit(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatal("no outcome was stored")
 	}
-	eventually(t, 2*time.Second, "the second request while the first outcome is being stored", func() bool { return got.Load() == 2 })
+	apitest.EventuallyWithin(t, 2*time.Second, "the second request while the first outcome is being stored", func() bool { return got.Load() == 2 })
 	close(log.unstall)
-	eventually(t, 2*time.Second, "both outcomes stored", func() bool {
+	apitest.EventuallyWithin(t, 2*time.Second, "both outcomes stored", func() bool {
 		log.mu.Lock()
 		defer log.mu.Unlock()
 		return log.out[message.StatusDelivered] == 2
