@@ -397,7 +397,7 @@ func (s *Events) Sends(ctx context.Context, eventIDs []uuid.UUID) ([]message.Sen
 // copy before its relay recorded the receipt and then died) or purged is
 // dropped rather than sent again.
 func (s *Events) ClaimPending(ctx context.Context, owner string, until time.Time, limit int) ([]outbox.Pending, error) {
-	now := time.Now().UTC()
+	now := s.db.now().UTC()
 	var ids []uuid.UUID
 	var rows []claimedRow
 	if s.db.dialect == Postgres {

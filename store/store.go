@@ -41,6 +41,7 @@ const (
 type DB struct {
 	gorm    *gorm.DB
 	dialect Dialect
+	now     func() time.Time // when outbox leases end; tests move it (export_test.go)
 }
 
 // Open connects to databaseURL: postgres://… or postgresql://… for PostgreSQL,
@@ -107,7 +108,7 @@ func open(ctx context.Context, databaseURL string, log *slog.Logger) (*DB, error
 		return nil, fmt.Errorf("connect to %s database %s: %w", dialect, Redact(databaseURL), err)
 	}
 	log.Info("database connected", slog.String("dialect", string(dialect)), slog.String("url", Redact(databaseURL)))
-	return &DB{gorm: db, dialect: dialect}, nil
+	return &DB{gorm: db, dialect: dialect, now: time.Now}, nil
 }
 
 func sqliteDSN(path string) (string, error) {
