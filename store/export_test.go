@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"gorm.io/gorm"
 )
@@ -14,6 +15,11 @@ import (
 func (db *DB) MigrateTo(ctx context.Context, log *slog.Logger, upTo int) (int, error) {
 	return db.migrate(ctx, log, upTo)
 }
+
+// SetClock makes db's outbox claims read now for the time, so that a test
+// moves past a lease instead of waiting for it to end. Call it before db is
+// used concurrently.
+func (db *DB) SetClock(now func() time.Time) { db.now = now }
 
 // NoConflictRetries makes deadlocks surface as errors until the test ends;
 // call it from a test that is not parallel.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/roomhub/messaging-api/api/apitest"
 	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/outbox"
@@ -91,8 +92,11 @@ func TestOutboxLeasedPublish(t *testing.T) {
 	for _, d := range storetest.Dialects {
 		t.Run(string(d), func(t *testing.T) {
 			t.Parallel()
-			ev := storetest.Open(t, d).Events()
-			until := time.Now().Add(time.Second)
+			db := storetest.Open(t, d)
+			ev := db.Events()
+			clock := apitest.NewClock(time.Now())
+			db.SetClock(clock.Now)
+			until := clock.Now().Add(time.Second)
 			leased := leasedFixture(t, ev, 3, true, outbox.Lease{Owner: "relay-a", Until: until})
 			free := outboxFixture(t, ev, 2, false)
 			if n := backlog(t, ev); n != 5 {
@@ -102,7 +106,7 @@ func TestOutboxLeasedPublish(t *testing.T) {
 			if want := []uuid.UUID{free[0].ID, free[1].ID}; !slices.Equal(got, want) {
 				t.Fatalf("claimed %v, want only the unleased %v", got, want)
 			}
-			time.Sleep(time.Until(until) + 50*time.Millisecond)
+			clock.Advance(time.Second + time.Millisecond)
 			got = claimIDs(t, ev, "relay-b", time.Minute)
 			if want := []uuid.UUID{leased[0].ID, leased[1].ID, leased[2].ID}; !slices.Equal(got, want) {
 				t.Fatalf("after the lease lapsed claimed %v, want %v", got, want)
@@ -522,7 +526,7 @@ func TestOutboxRefusals(t *testing.T) {
 
 			// Once its retry time passes, any relay claims the copy, with its
 			// refusal counted; sent, its refusal is no longer its error.
-			time.Sleep(time.Until(retryAt) + 50*time.Millisecond)
+			db.SetClock(apitest.NewClock(retryAt.Add(time.Millisecond)).Now)
 			ps, err = ev.ClaimPending(ctx, "relay-b", time.Now().Add(time.Minute), 10)
 			if err != nil || len(ps) != 1 || ps[0].ID != sends[0].ID || ps[0].Refusals != 1 {
 				t.Fatalf("claimed %+v, %v; want copy 0 with 1 refusal", ps, err)

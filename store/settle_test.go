@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/roomhub/messaging-api/api/apitest"
 	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/outbox"
@@ -125,10 +126,13 @@ func TestDeferredCopyWaitsOutItsLease(t *testing.T) {
 			if err := db.Push().SettleAll(ctx, grouped); err != nil {
 				t.Fatal(err)
 			}
+			clock := apitest.NewClock(now)
+			db.SetClock(clock.Now)
+			clock.Advance(delay - time.Millisecond)
 			if ids := claimIDs(t, db.Events(), "relay-b", time.Minute); len(ids) != 0 {
 				t.Fatalf("claimed %v during the deferral", ids)
 			}
-			time.Sleep(time.Until(now.Add(delay + 50*time.Millisecond)))
+			clock.Advance(2 * time.Millisecond)
 			ps, err := db.Events().ClaimPending(ctx, "relay-b", time.Now().Add(time.Minute), 10)
 			if err != nil {
 				t.Fatal(err)
@@ -138,7 +142,7 @@ func TestDeferredCopyWaitsOutItsLease(t *testing.T) {
 				t.Fatalf("claimed %d copies after the deferral, want %d", len(ps), len(want))
 			}
 			for _, p := range ps {
-				msg := message.Encode(p.Send, p.Event, time.Now())
+				msg := message.Encode(p.Send, p.Event, clock.Now())
 				if held, ok := want[p.ID]; !ok || p.Held != held || msg.Headers[message.HeaderHeld] != strconv.Itoa(held) || msg.Delay != 0 {
 					t.Errorf("copy %s: held %d, x-held %q, delay %s; want held %d (found %v) and no delay",
 						p.ID, p.Held, msg.Headers[message.HeaderHeld], msg.Delay, held, ok)
