@@ -59,7 +59,8 @@ func TestDispatcherPausesWhileDatabaseDown(t *testing.T) {
 				t.Errorf("readyz: %v", ready)
 			}
 			// The retries come due about 3 s after the first attempts; hold
-			// the database down well past that.
+			// the database down well past that. They wait in the broker's
+			// scheduler, on its clock, which no test can move.
 			time.Sleep(time.Until(downAt.Add(6 * time.Second)))
 			if got := hook.Count(); got != n {
 				t.Errorf("the hook got %d requests while the database was down, want the %d first attempts only", got-n, n)

@@ -88,16 +88,11 @@ func (p *tcpProxy) down() {
 // up listens again on the same address.
 func (p *tcpProxy) up() {
 	var ln net.Listener
-	var err error
-	for range 50 {
-		if ln, err = net.Listen("tcp", p.addr); err == nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	if err != nil {
-		p.t.Fatalf("proxy up: %v", err)
-	}
+	apitest.EventuallyWithin(p.t, 5*time.Second, "the proxy listening again on "+p.addr, func() bool {
+		var err error
+		ln, err = net.Listen("tcp", p.addr)
+		return err == nil
+	})
 	p.serve(ln)
 }
 
@@ -169,6 +164,12 @@ func drain(t *testing.T, brokerURL string, dest broker.Destination, want map[str
 	return got
 }
 
+// relayed is how many outbox rows the service's relay has handled with
+// result (outbox_relayed_total).
+func relayed(t *testing.T, c apptest.Client, result string) float64 {
+	return apptest.Sum(apptest.Scrape(t, c.Base), "messaging_outbox_relayed_total", "result", result)
+}
+
 func publishN(c apptest.Client, room string, n int) map[string]bool {
 	ids := map[string]bool{}
 	for i := range n {
@@ -192,8 +193,14 @@ func TestPublishDuringBrokerOutage(t *testing.T) {
 	dest := setupPullRoom(c, room)
 
 	proxy.down()
+	// Publishing starts once the service knows the broker is gone; the
+	// relay's sends then wait for it, retrying the connection, and none can
+	// be settled before it is back.
+	apitest.Eventually(t, "the service to see the broker down", func() bool {
+		status, body := c.Send("GET", "/readyz", "")
+		return status == http.StatusServiceUnavailable && strings.Contains(string(body), `"broker":"disconnected"`)
+	})
 	ids := publishN(c, room, 20)
-	time.Sleep(500 * time.Millisecond) // the relay tries and fails meanwhile
 	list := c.Call("GET", "/v1/rooms/"+room+"/messages?limit=50", "", 200)
 	for _, it := range list["items"].([]any) {
 		att := it.(map[string]any)["deliveries"].([]any)[0].(map[string]any)["attempts"].([]any)[0].(map[string]any)
@@ -266,20 +273,14 @@ func TestDatabaseDownAnswers503(t *testing.T) {
 		t.Errorf("readyz: %v", ready)
 	}
 	proxy.up()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	apitest.Eventually(t, "publishing to work again once the database is back", func() bool {
 		resp, err := http.Post(base+"/v1/rooms/db-down/messages", "application/json", strings.NewReader(`{"eventType":"tick","payload":1}`))
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusAccepted {
-				break
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("publishing did not recover after the database came back (last: %v)", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusAccepted
+	})
 }
 
 // TestExpiredDuringBrokerOutageDeadLetters: copies that expire in the outbox
@@ -309,9 +310,11 @@ func TestExpiredDuringBrokerOutageDeadLetters(t *testing.T) {
 		events[last.EventID] = true
 	}
 	// The relay's first sends wait out their timeout (10 s, retrying the
-	// connection), then the rows are released and claimed again, expired:
+	// connection) and fail; the rows, released, are claimed again expired:
 	// the path a long outage takes.
-	time.Sleep(time.Until(last.PublishedAt.Add(outbox.DefaultConfig.SendTimeout + time.Second)))
+	apitest.EventuallyWithin(t, outbox.DefaultConfig.SendTimeout+20*time.Second, fmt.Sprintf("the relay to fail all %d copies", 2*n), func() bool {
+		return relayed(t, c, "failed") >= 2*n
+	})
 	proxy.up()
 
 	dls := pushed.WaitDeadLetters(n, 60*time.Second)
