@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/roomhub/messaging-api/api/apitest"
 	"github.com/roomhub/messaging-api/app/apptest"
 )
 
@@ -42,16 +43,15 @@ func startReceiver(t *testing.T, args ...string) string {
 		_ = cmd.Wait()
 		t.Logf("receiver output:\n%s", out.String())
 	})
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if c, err := net.Dial("tcp", addr); err == nil {
-			c.Close()
-			return addr
+	apitest.EventuallyWithin(t, 10*time.Second, "the receiver listening on "+addr, func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("receiver did not start")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		c.Close()
+		return true
+	})
+	return addr
 }
 
 // readmeBlock returns the ```sh block that follows marker in README.md.
