@@ -43,6 +43,7 @@ type RelayState interface {
 // endpoints and /metrics. It returns the pull service too, whose lease reaper
 // the caller runs (nil without the API).
 func NewHandler(cfg Config, logger *slog.Logger, db *store.DB, b BrokerConn, relay RelayState, withAPI bool, m *metrics.Metrics) (*echo.Echo, *pull.Service) {
+	db = db.WithKeyring(cfg.PushAuth.Keyring())
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true

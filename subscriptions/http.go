@@ -32,6 +32,7 @@ type handlers struct{ s *Service }
 type request struct {
 	Type                    api.Nullable[Type]              `json:"type"`
 	PushURL                 api.Nullable[string]            `json:"pushUrl"`
+	PushAuth                api.Nullable[PushAuthInput]     `json:"pushAuth"`
 	EventTypes              api.Nullable[[]FilterInput]     `json:"eventTypes"`
 	DeliveryDelay           api.Nullable[int64]             `json:"deliveryDelay"`
 	DeliveryDelayMultiplier api.Nullable[float64]           `json:"deliveryDelayMultiplier"`
@@ -50,6 +51,7 @@ type Response struct {
 	RoomID                  string             `json:"roomId"`
 	Type                    Type               `json:"type"`
 	PushURL                 *string            `json:"pushUrl"`
+	PushAuth                *PushAuthResponse  `json:"pushAuth"`
 	Destination             *string            `json:"destination"`
 	EventTypes              []FilterInput      `json:"eventTypes"`
 	DeliveryDelay           *int64             `json:"deliveryDelay"`
@@ -67,11 +69,30 @@ type Response struct {
 	UpdatedAt     time.Time `json:"updatedAt"`
 }
 
+// PushAuthResponse is a PUSH subscription's pushAuth as the API shows it:
+// its type and what is not secret (the username of basic, the header names
+// of headers); the password, token and header values are never shown.
+type PushAuthResponse struct {
+	Type        AuthType `json:"type"`
+	Username    string   `json:"username,omitempty"`
+	HeaderNames []string `json:"headerNames,omitempty"`
+	// Configured is always true: the secret is set, though not shown.
+	Configured bool `json:"configured"`
+}
+
+func toPushAuthResponse(a *PushAuth) *PushAuthResponse {
+	if a == nil {
+		return nil
+	}
+	return &PushAuthResponse{Type: a.Type, Username: a.Username, HeaderNames: a.HeaderNames(), Configured: true}
+}
+
 func toResponse(s Subscription) Response {
 	r := Response{
 		ID:                      s.ID.String(),
 		RoomID:                  s.RoomID.String(),
 		Type:                    s.Type,
+		PushAuth:                toPushAuthResponse(s.PushAuth),
 		EventTypes:              make([]FilterInput, len(s.EventTypes)),
 		DeliveryDelay:           s.DeliveryDelay,
 		DeliveryDelayMultiplier: s.DeliveryDelayMultiplier,
