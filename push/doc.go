@@ -55,4 +55,9 @@
 //     attempted, counted or dead-lettered meanwhile.
 //   - Each attempt sends the publish's W3C traceparent with a new parent id
 //     (same trace id and flags) and its tracestate.
+//   - A subscription's pushAuth credential goes with every attempt (retries
+//     and replays are attempts); it cannot replace a header the service sets
+//     (subscriptions.ReservedHeader). Whatever is recorded of an attempt (the
+//     endpoint's answer, a transport error, so the delivery log and dead
+//     letters) has the credential's secrets masked.
 package push
