@@ -19,6 +19,7 @@ import (
 	"github.com/roomhub/messaging-api/redact"
 	"github.com/roomhub/messaging-api/seal"
 	"github.com/roomhub/messaging-api/store"
+	"github.com/roomhub/messaging-api/subscriptions"
 )
 
 // Config is every setting of the service, read once from the environment and
@@ -35,11 +36,14 @@ type Config struct {
 	PushTarget netguard.Guard
 	// PushAuth holds the keys that seal the push credentials of
 	// subscriptions in the database.
-	PushAuth       PushAuthConfig
-	LogLevel       slog.Level
-	LogFormat      string
-	MigrateOnStart bool
-	Auth           AuthConfig
+	PushAuth PushAuthConfig
+	// PushTestInterval is how often one subscription may be sent a test
+	// event by one API process.
+	PushTestInterval time.Duration
+	LogLevel         slog.Level
+	LogFormat        string
+	MigrateOnStart   bool
+	Auth             AuthConfig
 	// CatalogCacheTTL is how long an API process trusts what it read about
 	// rooms, event types, versions and subscriptions when publishing.
 	CatalogCacheTTL time.Duration
@@ -177,6 +181,7 @@ var settings = []setting{
 		}
 		return nil
 	}},
+	{"PUSH_TEST_INTERVAL", "push-test-interval", formatDuration(subscriptions.DefaultTestInterval), "how often one subscription may be sent a test event (POST …:test) by one API process", durationInto(func(c *Config) *time.Duration { return &c.PushTestInterval })},
 	{"PUSH_MAX_RETRY_AFTER", "push-max-retry-after", formatDuration(base.Push.MaxRetryAfter), "longest delay a Retry-After header can ask for", durationInto(func(c *Config) *time.Duration { return &c.Push.MaxRetryAfter })},
 	{"OUTBOX_POLL_INTERVAL", "outbox-poll", formatDuration(base.Outbox.Relay.Poll), "how often the outbox relay looks for sends left pending (by a crash or a broker outage)", durationInto(func(c *Config) *time.Duration { return &c.Outbox.Relay.Poll })},
 	{"OUTBOX_HANDOFF", "outbox-handoff", strconv.Itoa(base.Outbox.Relay.HandOff), "fresh sends a publish may hand to its process's outbox relay in memory, so that they go to the broker at once instead of waiting for a claim (0: every publish waits for a claim)", intInto(0, 100000, func(c *Config) *int { return &c.Outbox.Relay.HandOff })},
@@ -345,6 +350,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("push_https_only", c.PushTarget.HTTPSOnly),
 		slog.String("push_auth_key_id", c.PushAuth.Key.ID()),
 		slog.Any("push_auth_old_key_ids", keyIDs(c.PushAuth.OldKeys)),
+		slog.Duration("push_test_interval", c.PushTestInterval),
 		slog.Duration("catalog_cache_ttl", c.CatalogCacheTTL),
 		slog.Bool("auth_disabled", c.Auth.Disabled),
 		slog.Bool("auth_bootstrap_admin_key_set", c.Auth.BootstrapAdminKey != ""),

@@ -42,6 +42,7 @@ func TestLoadConfig(t *testing.T) {
 		{"HTTP_READ_TIMEOUT", "-1s"},
 		{"PUSH_AUTH_KEY", "c2hvcnQ="},
 		{"PUSH_AUTH_OLD_KEYS", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw5Au2Tf8FIQ8=,nope"},
+		{"PUSH_TEST_INTERVAL", "0s"},
 	}
 	for _, b := range bad {
 		t.Run(b.env, func(t *testing.T) {

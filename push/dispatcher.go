@@ -650,10 +650,10 @@ type pushEvent struct {
 	Trace         message.Trace // Parent: this attempt's traceparent
 }
 
-// newRequest builds a push request to sub of body: the endpoint's
-// credential (pushAuth) first, then the headers the service sets, which a
-// credential cannot replace (subscriptions.ReservedHeader), signed per
-// Standard Webhooks.
+// newRequest builds a push request to sub of body, an attempt's or a test
+// event's: the endpoint's credential (pushAuth) first, then the headers the
+// service sets, which a credential cannot replace
+// (subscriptions.ReservedHeader), signed per Standard Webhooks.
 func newRequest(sub subscriptions.Subscription, ev pushEvent, body []byte, now time.Time) Request {
 	h := http.Header{}
 	sub.PushAuth.Apply(h)

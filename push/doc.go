@@ -60,4 +60,7 @@
 //     (subscriptions.ReservedHeader). Whatever is recorded of an attempt (the
 //     endpoint's answer, a transport error, so the delivery log and dead
 //     letters) has the credential's secrets masked.
+//   - A test event (Tester, POST …:test) is made as an attempt is, by the API
+//     process that takes the request rather than through the push queue: it
+//     is not stored, logged as a delivery or retried.
 package push

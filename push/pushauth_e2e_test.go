@@ -20,7 +20,7 @@ import (
 // echoHook answers with every header it was sent, so that a credential the
 // service failed to mask would show in what it records. A payload with
 // "mode":"retry" fails (500) the first attempt of its event; "fail" fails
-// every attempt (400, permanent); anything else succeeds.
+// every attempt (400, permanent); anything else (a test event) succeeds.
 func echoHook(t *testing.T) *apptest.Hook {
 	t.Helper()
 	var mu sync.Mutex
@@ -51,8 +51,8 @@ func echoHook(t *testing.T) *apptest.Hook {
 // TestPushAuthEndToEnd runs the whole service (on the real broker with
 // PostgreSQL when BROKER_TEST_URL is set): each kind of credential reaches
 // its endpoint on the first attempt, on the retry, on a dead letter's
-// replay, and no secret shows in any answer of the API (subscriptions,
-// delivery log, timeline, dead letters)
+// replay and with a test event, and no secret shows in any answer of the
+// API (subscriptions, delivery log, timeline, dead letters, test results)
 // or in the service's debug log, although the endpoints echo them.
 func TestPushAuthEndToEnd(t *testing.T) {
 	t.Parallel()
@@ -147,6 +147,16 @@ func TestPushAuthEndToEnd(t *testing.T) {
 			})
 			carries(tg, "replay", reqs)
 			s.WaitStatuses(replay.Replayed[0].EventID, 30*time.Second, "dead_lettered")
+		}
+
+		// A test event, at once, authenticated like any push.
+		for _, tg := range targets {
+			var res subscriptions.TestResponse
+			call("POST", tg.path+":test", "", http.StatusOK, &res)
+			if res.Outcome != "delivered" || !strings.Contains(res.ResponseBody, "xxxxx") {
+				t.Errorf("%s: test result %+v", tg.sub.PushAuth.Type, res)
+			}
+			carries(tg, "test event", tg.hook.WithID(res.EventID))
 		}
 
 		// Every answer that could show a credential, and the log.

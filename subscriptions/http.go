@@ -25,6 +25,9 @@ func Routes(g *echo.Group, s *Service) {
 	auth.Handle(g, http.MethodPatch, "/rooms/:roomId/subscriptions/:subscriptionId", h.update, one)
 	auth.Handle(g, http.MethodDelete, "/rooms/:roomId/subscriptions/:subscriptionId", h.delete, one)
 	auth.Handle(g, http.MethodPost, "/rooms/:roomId/subscriptions/:subscriptionId/secret\\:rotate", h.rotate, one)
+	// POST …/{subscriptionId}:test, a custom method: echo routes no literal
+	// after a parameter (see api.Verbs).
+	auth.Handle(g, http.MethodPost, "/rooms/:roomId/subscriptions/:subscriptionId", h.test, one, api.Verbs("subscriptionId", "test"))
 }
 
 type handlers struct{ s *Service }
@@ -218,6 +221,39 @@ func (h handlers) rotate(c echo.Context) error {
 	r := toResponse(s)
 	r.SigningSecret = s.SigningSecret
 	noStore(c)
+	return c.JSON(http.StatusOK, r)
+}
+
+// TestResponse is the answer to POST …:test: the test event sent and what
+// came of it.
+type TestResponse struct {
+	EventID   string    `json:"eventId"`
+	EventType string    `json:"eventType"`
+	SentAt    time.Time `json:"sentAt"`
+	// Outcome is what a real push would make of the answer: delivered,
+	// retryable or permanent.
+	Outcome      string  `json:"outcome"`
+	StatusCode   *int    `json:"statusCode"`
+	Latency      int64   `json:"latency"`
+	ResponseBody string  `json:"responseBody"`
+	Error        *string `json:"error"`
+}
+
+func (h handlers) test(c echo.Context) error {
+	ev, res, err := h.s.Test(c.Request().Context(), c.Param("roomId"), c.Param("subscriptionId"))
+	if err != nil {
+		return err
+	}
+	r := TestResponse{
+		EventID: ev.ID.String(), EventType: TestEventType, SentAt: ev.SentAt, Outcome: res.Outcome,
+		Latency: res.Latency.Milliseconds(), ResponseBody: res.Body,
+	}
+	if res.StatusCode != 0 {
+		r.StatusCode = &res.StatusCode
+	}
+	if res.Error != "" {
+		r.Error = &res.Error
+	}
 	return c.JSON(http.StatusOK, r)
 }
 

@@ -45,6 +45,8 @@ type Service struct {
 	maxPerRoom  int
 	// onChange hears of every committed change to a room's subscriptions.
 	onChange func(roomID uuid.UUID)
+	tester   TestSender
+	tests    *testLimits
 }
 
 func (svc *Service) changed(roomID uuid.UUID) {
@@ -77,12 +79,18 @@ type Deps struct {
 	// cache of them empties itself there), before the answer leaves. A
 	// secret rotation changes no routing and is not reported.
 	OnChange func(roomID uuid.UUID)
+	// Tester sends the test events of POST …:test; nil: the route answers
+	// 503.
+	Tester TestSender
+	// TestInterval is how often one subscription may be sent a test event
+	// by this process (0: DefaultTestInterval).
+	TestInterval time.Duration
 }
 
 // NewService returns a Service over d.Store.
 func NewService(d Deps) *Service {
 	return &Service{store: d.Store, catalog: d.Catalog, queues: d.Queues, checkTarget: d.CheckTarget, now: d.Now,
-		logger: d.Logger, maxPerRoom: d.MaxPerRoom, onChange: d.OnChange}
+		logger: d.Logger, maxPerRoom: d.MaxPerRoom, onChange: d.OnChange, tester: d.Tester, tests: newTestLimits(d.TestInterval)}
 }
 
 // FilterInput is one entry of a request's eventTypes.

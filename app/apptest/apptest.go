@@ -32,9 +32,11 @@ import (
 	"github.com/roomhub/messaging-api/metrics"
 	"github.com/roomhub/messaging-api/netguard"
 	"github.com/roomhub/messaging-api/outbox"
+	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/seal"
 	"github.com/roomhub/messaging-api/store"
 	"github.com/roomhub/messaging-api/store/storetest"
+	"github.com/roomhub/messaging-api/subscriptions"
 )
 
 // RepoRoot is the directory of go.mod, found from the working directory
@@ -170,12 +172,14 @@ func Config() app.Config {
 		panic(err)
 	}
 	return app.Config{
-		HTTP:       app.HTTPConfig{BodyLimit: 64 << 10},
-		PushQueue:  broker.Destination{Address: "messaging.push", Queue: "messaging.push"},
-		PushAuth:   app.PushAuthConfig{Key: key},
-		PushTarget: LoopbackTarget(),
-		Auth:       app.AuthConfig{Disabled: true},
-		Limits:     app.LimitsConfig{MaxPayload: 256 << 10, MaxRoomSubscriptions: 1000},
+		HTTP:             app.HTTPConfig{BodyLimit: 64 << 10},
+		PushQueue:        broker.Destination{Address: "messaging.push", Queue: "messaging.push"},
+		Push:             push.DefaultConfig(broker.Destination{Address: "messaging.push", Queue: "messaging.push"}),
+		PushAuth:         app.PushAuthConfig{Key: key},
+		PushTestInterval: subscriptions.DefaultTestInterval,
+		PushTarget:       LoopbackTarget(),
+		Auth:             app.AuthConfig{Disabled: true},
+		Limits:           app.LimitsConfig{MaxPayload: 256 << 10, MaxRoomSubscriptions: 1000},
 		// As deployed: publishing reads rooms and subscriptions through the cache.
 		CatalogCacheTTL: time.Second,
 	}
