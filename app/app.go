@@ -77,6 +77,9 @@ func Main(ctx context.Context, command string, args []string, getenv func(string
 	if err := agreePushRule(ctx, cfg, db); err != nil {
 		return err
 	}
+	if err := preparePushAuth(ctx, cfg, db.WithKeyring(cfg.PushAuth.Keyring()), logger); err != nil {
+		return err
+	}
 	if role != Dispatcher {
 		if err := prepareAuth(ctx, cfg, NewKeyService(db, rooms.NewService(rooms.Deps{Store: db.Rooms(), Cleanup: NoCleanup{}, Now: Clock})), logger, stderr); err != nil {
 			return err
@@ -106,6 +109,7 @@ type App struct {
 
 // New builds the process of role from cfg over db and b.
 func New(cfg Config, role Role, db *store.DB, b broker.Broker, logger *slog.Logger) *App {
+	db = db.WithKeyring(cfg.PushAuth.Keyring())
 	m := metrics.New(metrics.Options{RoomLabel: cfg.Metrics.RoomLabel})
 	relay := outbox.NewRelay(cfg.Outbox.Relay, outbox.Deps{
 		Store: db.Events(), Broker: b, Vacuum: db.Events(), Now: Clock, Logger: logger, Observer: m,

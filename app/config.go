@@ -17,7 +17,9 @@ import (
 	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/redact"
+	"github.com/roomhub/messaging-api/seal"
 	"github.com/roomhub/messaging-api/store"
+	"github.com/roomhub/messaging-api/subscriptions"
 )
 
 // Config is every setting of the service, read once from the environment and
@@ -31,16 +33,37 @@ type Config struct {
 	Push        push.Config
 	// PushTarget is the SSRF guard of push URLs: at subscription creation
 	// and on every delivery.
-	PushTarget     netguard.Guard
-	LogLevel       slog.Level
-	LogFormat      string
-	MigrateOnStart bool
-	Auth           AuthConfig
+	PushTarget netguard.Guard
+	// PushAuth holds the keys that seal the push credentials of
+	// subscriptions in the database.
+	PushAuth PushAuthConfig
+	// PushTestInterval is how often one subscription may be sent a test
+	// event by one API process.
+	PushTestInterval time.Duration
+	LogLevel         slog.Level
+	LogFormat        string
+	MigrateOnStart   bool
+	Auth             AuthConfig
 	// CatalogCacheTTL is how long an API process trusts what it read about
 	// rooms, event types, versions and subscriptions when publishing.
 	CatalogCacheTTL time.Duration
 	Limits          LimitsConfig
 	Metrics         MetricsConfig
+}
+
+// PushAuthConfig is PUSH_AUTH_KEY and PUSH_AUTH_OLD_KEYS.
+type PushAuthConfig struct {
+	Key     seal.Key // the zero Key: none
+	OldKeys []seal.Key
+}
+
+// Keyring seals with Key and opens with every key; nil when there is none
+// at all.
+func (c PushAuthConfig) Keyring() *seal.Keyring {
+	if c.Key.ID() == "" && len(c.OldKeys) == 0 {
+		return nil
+	}
+	return seal.NewKeyring(c.Key, c.OldKeys...)
 }
 
 // MetricsConfig configures /metrics.
@@ -136,6 +159,29 @@ var settings = []setting{
 		c.PushTarget.HTTPSOnly = b
 		return err
 	}},
+	{"PUSH_AUTH_KEY", "push-auth-key", "", "the key that encrypts the push credentials of subscriptions (pushAuth) in the database: the base64 of 32 random bytes (openssl rand -base64 32); without it pushAuth is refused; secret, never logged", func(c *Config, v string) error {
+		if v == "" {
+			return nil
+		}
+		k, err := seal.ParseKey(v)
+		c.PushAuth.Key = k
+		return err
+	}},
+	{"PUSH_AUTH_OLD_KEYS", "push-auth-old-keys", "", "comma-separated earlier PUSH_AUTH_KEYs, which only decrypt: credentials they encrypted are encrypted again with PUSH_AUTH_KEY at start; secret, never logged", func(c *Config, v string) error {
+		c.PushAuth.OldKeys = nil
+		for part := range strings.SplitSeq(v, ",") {
+			if strings.TrimSpace(part) == "" {
+				continue
+			}
+			k, err := seal.ParseKey(part)
+			if err != nil {
+				return err
+			}
+			c.PushAuth.OldKeys = append(c.PushAuth.OldKeys, k)
+		}
+		return nil
+	}},
+	{"PUSH_TEST_INTERVAL", "push-test-interval", formatDuration(subscriptions.DefaultTestInterval), "how often one subscription may be sent a test event (POST …:test) by one API process", durationInto(func(c *Config) *time.Duration { return &c.PushTestInterval })},
 	{"PUSH_MAX_RETRY_AFTER", "push-max-retry-after", formatDuration(base.Push.MaxRetryAfter), "longest delay a Retry-After header can ask for", durationInto(func(c *Config) *time.Duration { return &c.Push.MaxRetryAfter })},
 	{"OUTBOX_POLL_INTERVAL", "outbox-poll", formatDuration(base.Outbox.Relay.Poll), "how often the outbox relay looks for sends left pending (by a crash or a broker outage)", durationInto(func(c *Config) *time.Duration { return &c.Outbox.Relay.Poll })},
 	{"OUTBOX_HANDOFF", "outbox-handoff", strconv.Itoa(base.Outbox.Relay.HandOff), "fresh sends a publish may hand to its process's outbox relay in memory, so that they go to the broker at once instead of waiting for a claim (0: every publish waits for a claim)", intInto(0, 100000, func(c *Config) *int { return &c.Outbox.Relay.HandOff })},
@@ -212,7 +258,7 @@ func (s setting) shown(v string) string {
 	switch s.env {
 	case "DATABASE_URL", "BROKER_URL":
 		return redact.ConnString(v)
-	case "AUTH_BOOTSTRAP_ADMIN_KEY":
+	case "AUTH_BOOTSTRAP_ADMIN_KEY", "PUSH_AUTH_KEY", "PUSH_AUTH_OLD_KEYS":
 		return redact.Mask
 	}
 	return v
@@ -302,6 +348,9 @@ func (c Config) LogValue() slog.Value {
 		slog.Int64("body_limit", c.HTTP.BodyLimit),
 		slog.Any("push_allowed_cidrs", c.PushTarget.Allow),
 		slog.Bool("push_https_only", c.PushTarget.HTTPSOnly),
+		slog.String("push_auth_key_id", c.PushAuth.Key.ID()),
+		slog.Any("push_auth_old_key_ids", keyIDs(c.PushAuth.OldKeys)),
+		slog.Duration("push_test_interval", c.PushTestInterval),
 		slog.Duration("catalog_cache_ttl", c.CatalogCacheTTL),
 		slog.Bool("auth_disabled", c.Auth.Disabled),
 		slog.Bool("auth_bootstrap_admin_key_set", c.Auth.BootstrapAdminKey != ""),
@@ -311,6 +360,15 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("room_max_subscriptions", c.Limits.MaxRoomSubscriptions),
 		slog.Bool("metrics_room_label", c.Metrics.RoomLabel),
 	)
+}
+
+// keyIDs are the ids of keys, which may be logged.
+func keyIDs(keys []seal.Key) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = k.ID()
+	}
+	return out
 }
 
 // NewLogger is the service's logger as cfg configures it.

@@ -40,6 +40,9 @@ func TestLoadConfig(t *testing.T) {
 		{"HTTP_BODY_LIMIT", "12"},
 		{"SHUTDOWN_TIMEOUT", "soon"},
 		{"HTTP_READ_TIMEOUT", "-1s"},
+		{"PUSH_AUTH_KEY", "c2hvcnQ="},
+		{"PUSH_AUTH_OLD_KEYS", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw5Au2Tf8FIQ8=,nope"},
+		{"PUSH_TEST_INTERVAL", "0s"},
 	}
 	for _, b := range bad {
 		t.Run(b.env, func(t *testing.T) {
@@ -58,14 +61,20 @@ func TestConfigLogHidesSecrets(t *testing.T) {
 			"DATABASE_URL":             "postgres://app:s3cret@db:5432/app",
 			"BROKER_URL":               "stomp://artemis:hunter2@mq:61613?dialect=artemis",
 			"AUTH_BOOTSTRAP_ADMIN_KEY": "mapi_bootstrap-0123456789-0123456789-xyz",
+			"PUSH_AUTH_KEY":            "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw5Au2Tf8FIQ8=",
+			"PUSH_AUTH_OLD_KEYS":       "q3Jx5mYb0Jw8m3m2oQ6m1d7h0b8W2Zy9QxV4u5t6s7A=",
 		}[k]
 	}, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := cfg.LogValue().String()
-	if strings.Contains(s, "s3cret") || strings.Contains(s, "hunter2") || strings.Contains(s, "bootstrap-0123") {
+	if strings.Contains(s, "s3cret") || strings.Contains(s, "hunter2") || strings.Contains(s, "bootstrap-0123") ||
+		strings.Contains(s, "MfKQ9r8G") || strings.Contains(s, "q3Jx5mYb") {
 		t.Errorf("secrets in log value: %s", s)
+	}
+	if !strings.Contains(s, "push_auth_key_id="+cfg.PushAuth.Key.ID()) || cfg.PushAuth.Key.ID() == "" {
+		t.Errorf("the log value does not name the push auth key by id: %s", s)
 	}
 }
 
@@ -91,6 +100,8 @@ func TestPasswordsNeverShown(t *testing.T) {
 		{"broker URL query", nil, map[string]string{"DATABASE_URL": sqlite, "BROKER_URL": "stomp://127.0.0.1:1?passcode=hunter2"}},
 		{"broker URL unparsable", nil, map[string]string{"DATABASE_URL": sqlite, "BROKER_URL": "stomp://app:hunter2@127.0.0.1:1 /%zz"}},
 		{"bootstrap key refused", nil, map[string]string{"DATABASE_URL": sqlite, "AUTH_BOOTSTRAP_ADMIN_KEY": "hunter2 is short"}},
+		{"push auth key refused", nil, map[string]string{"DATABASE_URL": sqlite, "PUSH_AUTH_KEY": "hunter2 is no key"}},
+		{"push auth old key refused", nil, map[string]string{"DATABASE_URL": sqlite, "PUSH_AUTH_OLD_KEYS": "hunter2"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

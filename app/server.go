@@ -19,6 +19,7 @@ import (
 	"github.com/roomhub/messaging-api/metrics"
 	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/pull"
+	"github.com/roomhub/messaging-api/push"
 	"github.com/roomhub/messaging-api/retry"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/store"
@@ -43,6 +44,7 @@ type RelayState interface {
 // endpoints and /metrics. It returns the pull service too, whose lease reaper
 // the caller runs (nil without the API).
 func NewHandler(cfg Config, logger *slog.Logger, db *store.DB, b BrokerConn, relay RelayState, withAPI bool, m *metrics.Metrics) (*echo.Echo, *pull.Service) {
+	db = db.WithKeyring(cfg.PushAuth.Keyring())
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
@@ -90,6 +92,9 @@ func NewHandler(cfg Config, logger *slog.Logger, db *store.DB, b BrokerConn, rel
 	subSvc := subscriptions.NewService(subscriptions.Deps{
 		Store: db.Subscriptions(), Catalog: roomSvc, Queues: b, CheckTarget: cfg.PushTarget.CheckURL, Now: Clock, Logger: logger,
 		MaxPerRoom: cfg.Limits.MaxRoomSubscriptions, OnChange: invalidate,
+		// Test events go out from this process, under the dispatcher's rules.
+		Tester:       push.NewTester(push.NewHTTPClient(cfg.Push.Timeout, cfg.PushTarget), Clock),
+		TestInterval: cfg.PushTestInterval,
 	})
 	catalog = publish.NewCache(roomSvc, db.Subscriptions(), cfg.CatalogCacheTTL, time.Now)
 	pullSvc := pull.NewService(pull.Deps{

@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -55,9 +56,10 @@ func InRoom(roles ...string) Rule { return Rule{roles: roles, scope: inRoom} }
 func InSubscription(roles ...string) Rule { return Rule{roles: roles, scope: inSubscription} }
 
 // Handle declares a route of g with who may call it: the one place a route
-// and its permission are written.
-func Handle(g *echo.Group, method, path string, h echo.HandlerFunc, rule Rule) *echo.Route {
-	return g.Add(method, path, h, rule.enforce)
+// and its permission are written. mw run before the rule is applied: those
+// that shape the path parameters it reads (api.Verbs).
+func Handle(g *echo.Group, method, path string, h echo.HandlerFunc, rule Rule, mw ...echo.MiddlewareFunc) *echo.Route {
+	return g.Add(method, path, h, slices.Concat(mw, []echo.MiddlewareFunc{rule.enforce})...)
 }
 
 // guardKey holds the guard Middleware leaves for the route's rule.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/roomhub/messaging-api/netguard"
+	"github.com/roomhub/messaging-api/redact"
 )
 
 // Result says what became of one HTTP delivery attempt.
@@ -44,6 +45,10 @@ type Request struct {
 	URL     string
 	Body    []byte
 	Headers http.Header
+	// Secrets are masked in the outcome's body and error: the credentials
+	// the request carries (subscriptions.PushAuth.Secrets), which an
+	// endpoint may echo.
+	Secrets []string
 }
 
 // NewHTTPClient returns the client every delivery shares: bounded time per
@@ -104,9 +109,33 @@ func storableText(b []byte) string {
 	return strings.ToValidUTF8(strings.ReplaceAll(string(b), "\x00", "\uFFFD"), "\uFFFD")
 }
 
+// maskedText is the first limit bytes of body, with secrets masked before
+// the cut, as storableText.
+func maskedText(body []byte, secrets []string, limit int64) string {
+	masked := redact.Values(string(body), secrets)
+	if int64(len(masked)) > limit {
+		masked = masked[:limit]
+	}
+	return storableText([]byte(masked))
+}
+
+func longest(ss []string) int {
+	n := 0
+	for _, s := range ss {
+		n = max(n, len(s))
+	}
+	return n
+}
+
 // post delivers r and classifies the outcome; maxBody bounds what is read of
-// the response.
+// the response. The credentials of r never appear in the outcome.
 func post(ctx context.Context, client *http.Client, r Request, maxBody int64, now func() time.Time) Outcome {
+	o := postUnmasked(ctx, client, r, maxBody, now)
+	o.Err = redact.Values(o.Err, r.Secrets)
+	return o
+}
+
+func postUnmasked(ctx context.Context, client *http.Client, r Request, maxBody int64, now func() time.Time) Outcome {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, r.URL, bytes.NewReader(r.Body))
 	if err != nil {
 		return Outcome{Result: Permanent, Err: "invalid push URL: " + err.Error()}
@@ -123,10 +152,12 @@ func post(ctx context.Context, client *http.Client, r Request, maxBody int64, no
 		return Outcome{Result: Retryable, Latency: time.Since(start), Err: describe(err)}
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxBody))
+	// A secret that starts within maxBody is read whole, so that it is
+	// masked whole rather than cut into a prefix that is not.
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, maxBody+int64(longest(r.Secrets))))
 	// Drain a little more so the connection can be reused; give up on large bodies.
 	_, _ = io.CopyN(io.Discard, resp.Body, 64<<10)
-	o := Outcome{StatusCode: resp.StatusCode, Latency: time.Since(start), Body: storableText(body)}
+	o := Outcome{StatusCode: resp.StatusCode, Latency: time.Since(start), Body: maskedText(body, r.Secrets, maxBody)}
 	switch c := resp.StatusCode; {
 	case c >= 200 && c < 300:
 		o.Result = Delivered

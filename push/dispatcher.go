@@ -631,30 +631,52 @@ func (p *Dispatcher) ack(ctx context.Context, d *broker.Delivery) {
 // request builds the POST for a delivery, signed per Standard Webhooks;
 // traceparent is this attempt's (a new span under the publish's trace).
 func (p *Dispatcher) request(sub subscriptions.Subscription, ev message.Event, d *broker.Delivery, now time.Time, traceparent string) Request {
+	r := newRequest(sub, pushEvent{
+		ID: ev.ID.String(), Type: ev.EventType, Version: ev.Version, CorrelationID: d.CorrelationID, Attempt: d.Attempt,
+		Trace: message.Trace{Parent: traceparent, State: ev.Trace.State},
+	}, d.Body, now)
+	for k, v := range ev.Attributes {
+		r.Headers.Set("X-Attr-"+k, v)
+	}
+	return r
+}
+
+// pushEvent is what the headers of a push request say of its event.
+type pushEvent struct {
+	ID, Type      string
+	Version       int
+	CorrelationID string
+	Attempt       int
+	Trace         message.Trace // Parent: this attempt's traceparent
+}
+
+// newRequest builds a push request to sub of body, an attempt's or a test
+// event's: the endpoint's credential (pushAuth) first, then the headers the
+// service sets, which a credential cannot replace
+// (subscriptions.ReservedHeader), signed per Standard Webhooks.
+func newRequest(sub subscriptions.Subscription, ev pushEvent, body []byte, now time.Time) Request {
 	h := http.Header{}
+	sub.PushAuth.Apply(h)
 	h.Set("Content-Type", "application/json")
 	h.Set("User-Agent", "messaging-api-push/1")
-	h.Set("Webhook-Id", ev.ID.String())
+	h.Set("Webhook-Id", ev.ID)
 	h.Set("Webhook-Timestamp", strconv.FormatInt(now.Unix(), 10))
-	if sig := Sign(sub.Secrets(now), ev.ID.String(), now, d.Body); sig != "" {
+	if sig := Sign(sub.Secrets(now), ev.ID, now, body); sig != "" {
 		h.Set("Webhook-Signature", sig)
 	}
-	h.Set("X-Event-Id", ev.ID.String())
-	h.Set("X-Correlation-Id", d.CorrelationID)
-	h.Set("X-Event-Type", ev.EventType)
+	h.Set("X-Event-Id", ev.ID)
+	h.Set("X-Correlation-Id", ev.CorrelationID)
+	h.Set("X-Event-Type", ev.Type)
 	h.Set("X-Event-Version", strconv.Itoa(ev.Version))
-	h.Set("X-Attempt", strconv.Itoa(d.Attempt))
+	h.Set("X-Attempt", strconv.Itoa(ev.Attempt))
 	h.Set("X-Subscription-Id", sub.ID.String())
-	for k, v := range ev.Attributes {
-		h.Set("X-Attr-"+k, v)
-	}
-	if traceparent != "" {
-		h.Set(message.HeaderTraceparent, traceparent)
+	if ev.Trace.Parent != "" {
+		h.Set(message.HeaderTraceparent, ev.Trace.Parent)
 		if ev.Trace.State != "" {
 			h.Set(message.HeaderTracestate, ev.Trace.State)
 		}
 	}
-	return Request{URL: sub.PushURL, Body: d.Body, Headers: h}
+	return Request{URL: sub.PushURL, Body: body, Headers: h, Secrets: sub.PushAuth.Secrets()}
 }
 
 type cachedTarget struct {

@@ -55,4 +55,12 @@
 //     attempted, counted or dead-lettered meanwhile.
 //   - Each attempt sends the publish's W3C traceparent with a new parent id
 //     (same trace id and flags) and its tracestate.
+//   - A subscription's pushAuth credential goes with every attempt (retries
+//     and replays are attempts); it cannot replace a header the service sets
+//     (subscriptions.ReservedHeader). Whatever is recorded of an attempt (the
+//     endpoint's answer, a transport error, so the delivery log and dead
+//     letters) has the credential's secrets masked.
+//   - A test event (Tester, POST …:test) is made as an attempt is, by the API
+//     process that takes the request rather than through the push queue: it
+//     is not stored, logged as a delivery or retried.
 package push

@@ -1,6 +1,6 @@
 // Package redact masks the passwords of connection strings (database and
 // broker URLs, libpq key=value strings) in what is logged and in the errors
-// that quote them.
+// that quote them, and known secret values in any text (Values).
 package redact
 
 import (
@@ -49,6 +49,24 @@ func Error(err error, s string) error {
 		return err
 	}
 	return &masked{err: err, msg: msg}
+}
+
+// Values returns s with every occurrence of each of secrets masked: text an
+// outsider wrote (a push endpoint's answer, a transport error) that may quote
+// a credential the service sent. The longest are masked first, so that no
+// part of one is left behind by a shorter; empty secrets are skipped.
+func Values(s string, secrets []string) string {
+	if len(secrets) == 0 || s == "" {
+		return s
+	}
+	sorted := slices.Clone(secrets)
+	slices.SortFunc(sorted, func(a, b string) int { return len(b) - len(a) })
+	for _, sec := range sorted {
+		if sec != "" {
+			s = strings.ReplaceAll(s, sec, Mask)
+		}
+	}
+	return s
 }
 
 type masked struct {

@@ -111,3 +111,22 @@ func FuzzConnString(f *testing.F) {
 		}
 	})
 }
+
+func TestValues(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in      string
+		secrets []string
+		want    string
+	}{
+		{"Authorization: Bearer tok-123 seen", []string{"tok-123"}, "Authorization: Bearer xxxxx seen"},
+		{"a=pass-long b=pass", []string{"pass", "pass-long"}, "a=xxxxx b=xxxxx"},
+		{"twice: k1 k1", []string{"k1", ""}, "twice: xxxxx xxxxx"},
+		{"nothing here", nil, "nothing here"},
+		{"", []string{"x"}, ""},
+	} {
+		if got := Values(tc.in, tc.secrets); got != tc.want {
+			t.Errorf("Values(%q, %q) = %q, want %q", tc.in, tc.secrets, got, tc.want)
+		}
+	}
+}

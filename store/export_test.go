@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"gorm.io/gorm"
 )
 
@@ -45,4 +46,25 @@ func (db *DB) CountQueries(t testing.TB) *atomic.Int64 {
 		}
 	}
 	return &n
+}
+
+// RawPushAuth is a subscription's push_auth and push_auth_key columns as
+// stored.
+func (db *DB) RawPushAuth(t testing.TB, id uuid.UUID) (sealed, keyID string) {
+	t.Helper()
+	var row subscriptionRow
+	if err := db.gorm.Select("push_auth", "push_auth_key").Where("id = ?", id).Take(&row).Error; err != nil {
+		t.Fatal(err)
+	}
+	return row.PushAuth, row.PushAuthKey
+}
+
+// SetRawPushAuth overwrites a subscription's sealed push credential, as a
+// write straight to the database would.
+func (db *DB) SetRawPushAuth(t testing.TB, id uuid.UUID, sealed, keyID string) {
+	t.Helper()
+	if err := db.gorm.Model(&subscriptionRow{}).Where("id = ?", id).
+		Updates(map[string]any{"push_auth": sealed, "push_auth_key": keyID}).Error; err != nil {
+		t.Fatal(err)
+	}
 }

@@ -27,6 +27,7 @@ import (
 
 	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/redact"
+	"github.com/roomhub/messaging-api/seal"
 )
 
 // Dialect names the database behind a DB.
@@ -42,6 +43,17 @@ type DB struct {
 	gorm    *gorm.DB
 	dialect Dialect
 	now     func() time.Time // when outbox leases end; tests move it (export_test.go)
+	// keys seal the push credentials of subscriptions; nil: none can be
+	// stored (see WithKeyring).
+	keys *seal.Keyring
+}
+
+// WithKeyring returns db sealing and opening the push credentials of
+// subscriptions with keys; it shares db's connections.
+func (db *DB) WithKeyring(keys *seal.Keyring) *DB {
+	c := *db
+	c.keys = keys
+	return &c
 }
 
 // Open connects to databaseURL: postgres://… or postgresql://… for PostgreSQL,

@@ -26,6 +26,8 @@ type subscriptionRow struct {
 	RoomID                  uuid.UUID
 	Type                    string
 	PushURL                 string
+	PushAuth                string // sealed (see sealPushAuth), "" for none
+	PushAuthKey             string // the id of the key that sealed it
 	DeliveryDelay           *int64
 	DeliveryDelayMultiplier *float64
 	DeliveryAttempts        *int
@@ -53,6 +55,13 @@ type filterRow struct {
 }
 
 func (filterRow) TableName() string { return "subscription_event_types" }
+
+func (s *Subscriptions) toRow(sub subscriptions.Subscription) (subscriptionRow, error) {
+	row := toSubscriptionRow(sub)
+	var err error
+	row.PushAuthKey, row.PushAuth, err = s.sealPushAuth(sub.ID, sub.PushAuth)
+	return row, err
+}
 
 func toSubscriptionRow(s subscriptions.Subscription) subscriptionRow {
 	return subscriptionRow{
@@ -89,7 +98,10 @@ func (s *Subscriptions) CreateSubscription(ctx context.Context, sub subscription
 		if err := s.lockEventTypes(tx, sub); err != nil {
 			return err
 		}
-		row := toSubscriptionRow(sub)
+		row, err := s.toRow(sub)
+		if err != nil {
+			return err
+		}
 		if err := tx.Create(&row).Error; err != nil {
 			return err
 		}
@@ -190,8 +202,13 @@ func (s *Subscriptions) withFilters(ctx context.Context, rows []subscriptionRow)
 		byID[f.SubscriptionID] = list
 	}
 	for i, r := range rows {
+		auth, err := s.openPushAuth(r)
+		if err != nil {
+			return nil, err
+		}
 		out[i] = subscriptions.Subscription{
-			ID: r.ID, RoomID: r.RoomID, Type: subscriptions.Type(r.Type), PushURL: r.PushURL,
+			PushAuth: auth,
+			ID:       r.ID, RoomID: r.RoomID, Type: subscriptions.Type(r.Type), PushURL: r.PushURL,
 			EventTypes: byID[r.ID], Owner: r.Owner,
 			DeliveryDelay: r.DeliveryDelay, DeliveryDelayMultiplier: r.DeliveryDelayMultiplier,
 			DeliveryAttempts: r.DeliveryAttempts, Status: subscriptions.Status(r.Status),
@@ -211,7 +228,10 @@ func (s *Subscriptions) UpdateSubscription(ctx context.Context, sub subscription
 		if err := s.lockEventTypes(tx, sub); err != nil {
 			return err
 		}
-		row := toSubscriptionRow(sub)
+		row, err := s.toRow(sub)
+		if err != nil {
+			return err
+		}
 		res := tx.Model(&subscriptionRow{}).Where("room_id = ? AND id = ?", sub.RoomID, sub.ID).
 			Select("*").Omit("id", "room_id", "type", "created_at", "signing_secret", "previous_signing_secret", "previous_secret_expires_at").Updates(&row)
 		if res.Error != nil {

@@ -25,6 +25,9 @@ func Routes(g *echo.Group, s *Service) {
 	auth.Handle(g, http.MethodPatch, "/rooms/:roomId/subscriptions/:subscriptionId", h.update, one)
 	auth.Handle(g, http.MethodDelete, "/rooms/:roomId/subscriptions/:subscriptionId", h.delete, one)
 	auth.Handle(g, http.MethodPost, "/rooms/:roomId/subscriptions/:subscriptionId/secret\\:rotate", h.rotate, one)
+	// POST …/{subscriptionId}:test, a custom method: echo routes no literal
+	// after a parameter (see api.Verbs).
+	auth.Handle(g, http.MethodPost, "/rooms/:roomId/subscriptions/:subscriptionId", h.test, one, api.Verbs("subscriptionId", "test"))
 }
 
 type handlers struct{ s *Service }
@@ -32,6 +35,7 @@ type handlers struct{ s *Service }
 type request struct {
 	Type                    api.Nullable[Type]              `json:"type"`
 	PushURL                 api.Nullable[string]            `json:"pushUrl"`
+	PushAuth                api.Nullable[PushAuthInput]     `json:"pushAuth"`
 	EventTypes              api.Nullable[[]FilterInput]     `json:"eventTypes"`
 	DeliveryDelay           api.Nullable[int64]             `json:"deliveryDelay"`
 	DeliveryDelayMultiplier api.Nullable[float64]           `json:"deliveryDelayMultiplier"`
@@ -50,6 +54,7 @@ type Response struct {
 	RoomID                  string             `json:"roomId"`
 	Type                    Type               `json:"type"`
 	PushURL                 *string            `json:"pushUrl"`
+	PushAuth                *PushAuthResponse  `json:"pushAuth"`
 	Destination             *string            `json:"destination"`
 	EventTypes              []FilterInput      `json:"eventTypes"`
 	DeliveryDelay           *int64             `json:"deliveryDelay"`
@@ -67,11 +72,30 @@ type Response struct {
 	UpdatedAt     time.Time `json:"updatedAt"`
 }
 
+// PushAuthResponse is a PUSH subscription's pushAuth as the API shows it:
+// its type and what is not secret (the username of basic, the header names
+// of headers); the password, token and header values are never shown.
+type PushAuthResponse struct {
+	Type        AuthType `json:"type"`
+	Username    string   `json:"username,omitempty"`
+	HeaderNames []string `json:"headerNames,omitempty"`
+	// Configured is always true: the secret is set, though not shown.
+	Configured bool `json:"configured"`
+}
+
+func toPushAuthResponse(a *PushAuth) *PushAuthResponse {
+	if a == nil {
+		return nil
+	}
+	return &PushAuthResponse{Type: a.Type, Username: a.Username, HeaderNames: a.HeaderNames(), Configured: true}
+}
+
 func toResponse(s Subscription) Response {
 	r := Response{
 		ID:                      s.ID.String(),
 		RoomID:                  s.RoomID.String(),
 		Type:                    s.Type,
+		PushAuth:                toPushAuthResponse(s.PushAuth),
 		EventTypes:              make([]FilterInput, len(s.EventTypes)),
 		DeliveryDelay:           s.DeliveryDelay,
 		DeliveryDelayMultiplier: s.DeliveryDelayMultiplier,
@@ -197,6 +221,39 @@ func (h handlers) rotate(c echo.Context) error {
 	r := toResponse(s)
 	r.SigningSecret = s.SigningSecret
 	noStore(c)
+	return c.JSON(http.StatusOK, r)
+}
+
+// TestResponse is the answer to POST …:test: the test event sent and what
+// came of it.
+type TestResponse struct {
+	EventID   string    `json:"eventId"`
+	EventType string    `json:"eventType"`
+	SentAt    time.Time `json:"sentAt"`
+	// Outcome is what a real push would make of the answer: delivered,
+	// retryable or permanent.
+	Outcome      string  `json:"outcome"`
+	StatusCode   *int    `json:"statusCode"`
+	Latency      int64   `json:"latency"`
+	ResponseBody string  `json:"responseBody"`
+	Error        *string `json:"error"`
+}
+
+func (h handlers) test(c echo.Context) error {
+	ev, res, err := h.s.Test(c.Request().Context(), c.Param("roomId"), c.Param("subscriptionId"))
+	if err != nil {
+		return err
+	}
+	r := TestResponse{
+		EventID: ev.ID.String(), EventType: TestEventType, SentAt: ev.SentAt, Outcome: res.Outcome,
+		Latency: res.Latency.Milliseconds(), ResponseBody: res.Body,
+	}
+	if res.StatusCode != 0 {
+		r.StatusCode = &res.StatusCode
+	}
+	if res.Error != "" {
+		r.Error = &res.Error
+	}
 	return c.JSON(http.StatusOK, r)
 }
 

@@ -50,6 +50,15 @@ func FuzzSubscriptionRequest(f *testing.F) {
 		`{"deliveryDelayMultiplier":"NaN"}`, `{"deliveryJitter":1e400}`, `{"ackDeadline":-1}`,
 		`{"eventtypes":[]}`, `{"":0}`, `{}`, `null`, ``, `[`, `{"type":"PUSH"}{}`,
 		`{"eventTypes":[{"eventType":"order.created","versions":[` + strings.Repeat("2,", 100) + `1]}]}`,
+		`{"pushAuth":{"type":"basic","username":"alice","password":"pa55-w0rd"}}`,
+		`{"pushAuth":{"type":"bearer","token":"tok-1"}}`, `{"pushAuth":null}`, `{"pushAuth":{}}`, `{"pushAuth":"bearer"}`,
+		`{"pushAuth":{"type":"headers","headers":{"X-Api-Key":"k","Authorization":"ApiKey k"}}}`,
+		`{"pushAuth":{"type":"headers","headers":{"Host":"evil","x-api-key":"1","X-Api-Key":"2","a/b~c":"\r\n"}}}`,
+		`{"pushAuth":{"type":"basic","username":"a:b","password":"p\nq","token":"t","headers":{}}}`,
+		`{"pushAuth":{"type":"bearer","token":"a b","username":null}}`,
+		`{"pushAuth":{"type":"headers","headers":{"X-A":" v ","X-B":"\u0000","Webhook-Id":"x","X-Attr-A":"1"}}}`,
+		`{"type":"PULL","eventTypes":[{"eventType":"order.created"}],"pushAuth":{"type":"bearer","token":"t"}}`,
+		`{"type":"PUSH","pushUrl":"https://example.com/h","eventTypes":[{"eventType":"order.created"}],"pushAuth":{"type":"bearer","token":"t"}}`,
 	} {
 		for mode := uint8(0); mode < 3; mode++ {
 			f.Add([]byte(s), mode)
@@ -109,6 +118,7 @@ func checkSubscription(t *testing.T, room rooms.Room, s subscriptions.Subscripti
 			t.Fatalf("filter %+v names an event type that does not exist", f)
 		}
 	}
+	checkPushAuth(t, s)
 	policy := retry.For(room, s)
 	if n := policy.MaxAttempts(); n < 1 || n > rooms.MaxTotalAttempts {
 		t.Fatalf("subscription %+v allows %d attempts", s, n)
@@ -118,6 +128,39 @@ func checkSubscription(t *testing.T, room rooms.Room, s subscriptions.Subscripti
 		if sc.Step.Delay < 0 || lo < 0 || hi > time.Duration(rooms.MaxDeliveryDelay)*time.Millisecond || sc.SinceMin < 0 {
 			t.Fatalf("subscription %+v: attempt %d: step %+v, range [%v, %v]", s, sc.Attempt, sc.Step, lo, hi)
 		}
+	}
+}
+
+// checkPushAuth: a stored credential belongs to a PUSH subscription, has
+// what its type needs, and nothing a request could not carry as it is.
+func checkPushAuth(t *testing.T, s subscriptions.Subscription) {
+	t.Helper()
+	a := s.PushAuth
+	if a == nil {
+		return
+	}
+	printable := func(v string, space bool) bool {
+		return v != "" && strings.IndexFunc(v, func(r rune) bool { return r > 0x7e || r < 0x20 || (!space && r == ' ') }) < 0
+	}
+	ok := s.Type == subscriptions.TypePush
+	switch a.Type {
+	case subscriptions.AuthBasic:
+		ok = ok && a.Username != "" && !strings.ContainsAny(a.Username, ":\r\n\x00") && a.Password != "" && !strings.ContainsAny(a.Password, "\r\n\x00")
+	case subscriptions.AuthBearer:
+		ok = ok && printable(a.Token, false)
+	case subscriptions.AuthHeaders:
+		ok = ok && len(a.Headers) > 0 && len(a.Headers) <= 16
+		seen := map[string]bool{}
+		for name, v := range a.Headers {
+			ok = ok && !subscriptions.ReservedHeader(name) && !seen[http.CanonicalHeaderKey(name)] &&
+				printable(name, false) && printable(v, true) && strings.TrimSpace(v) == v
+			seen[http.CanonicalHeaderKey(name)] = true
+		}
+	default:
+		ok = false
+	}
+	if !ok {
+		t.Fatalf("stored pushAuth %s of a %s subscription is not one to send", a, s.Type)
 	}
 }
 

@@ -45,6 +45,8 @@ type Service struct {
 	maxPerRoom  int
 	// onChange hears of every committed change to a room's subscriptions.
 	onChange func(roomID uuid.UUID)
+	tester   TestSender
+	tests    *testLimits
 }
 
 func (svc *Service) changed(roomID uuid.UUID) {
@@ -77,12 +79,18 @@ type Deps struct {
 	// cache of them empties itself there), before the answer leaves. A
 	// secret rotation changes no routing and is not reported.
 	OnChange func(roomID uuid.UUID)
+	// Tester sends the test events of POST …:test; nil: the route answers
+	// 503.
+	Tester TestSender
+	// TestInterval is how often one subscription may be sent a test event
+	// by this process (0: DefaultTestInterval).
+	TestInterval time.Duration
 }
 
 // NewService returns a Service over d.Store.
 func NewService(d Deps) *Service {
 	return &Service{store: d.Store, catalog: d.Catalog, queues: d.Queues, checkTarget: d.CheckTarget, now: d.Now,
-		logger: d.Logger, maxPerRoom: d.MaxPerRoom, onChange: d.OnChange}
+		logger: d.Logger, maxPerRoom: d.MaxPerRoom, onChange: d.OnChange, tester: d.Tester, tests: newTestLimits(d.TestInterval)}
 }
 
 // FilterInput is one entry of a request's eventTypes.
@@ -95,6 +103,7 @@ type FilterInput struct {
 type Patch struct {
 	Type                    api.Nullable[Type]
 	PushURL                 api.Nullable[string]
+	PushAuth                api.Nullable[PushAuthInput]
 	EventTypes              api.Nullable[[]FilterInput]
 	DeliveryDelay           api.Nullable[int64]
 	DeliveryDelayMultiplier api.Nullable[float64]
@@ -156,6 +165,19 @@ func (svc *Service) apply(ctx context.Context, room rooms.Room, s *Subscription,
 		probs.Add("pushUrl", "is only for PUSH subscriptions")
 	}
 
+	// pushAuth is written whole (its secrets cannot be read back to merge
+	// with); null removes it.
+	if p.PushAuth.Set {
+		s.PushAuth = nil
+		switch {
+		case p.PushAuth.Null:
+		case s.Type == TypePull:
+			probs.AddPointer("pushAuth", "/pushAuth", "is only for PUSH subscriptions")
+		default:
+			s.PushAuth = p.PushAuth.Value.validate(&probs)
+		}
+	}
+
 	if creating && (!p.EventTypes.Set || p.EventTypes.Null) {
 		probs.Add("eventTypes", "is required: at least one event type")
 	} else if p.EventTypes.Set {
@@ -212,6 +234,16 @@ func (svc *Service) apply(ctx context.Context, room rooms.Room, s *Subscription,
 		}
 	}
 	return probs.Err()
+}
+
+// storeError names pushAuth when the store cannot keep it.
+func storeError(err error) error {
+	if errors.Is(err, ErrNoPushAuthKey) {
+		var probs api.Problems
+		probs.AddPointer("pushAuth", "/pushAuth", ErrNoPushAuthKey.Error())
+		return probs.Err()
+	}
+	return err
 }
 
 // checkPushURL returns what is wrong with a push URL, or "".
@@ -368,7 +400,7 @@ func (svc *Service) Create(ctx context.Context, roomRef string, p Patch) (Subscr
 		}
 	}
 	if err := svc.store.CreateSubscription(ctx, s); err != nil {
-		return Subscription{}, err
+		return Subscription{}, storeError(err)
 	}
 	svc.changed(s.RoomID)
 	return s, nil
@@ -425,7 +457,7 @@ func (svc *Service) Update(ctx context.Context, roomRef, id string, p Patch) (Su
 	}
 	s.UpdatedAt = svc.now().UTC()
 	if err := svc.store.UpdateSubscription(ctx, s); err != nil {
-		return Subscription{}, err
+		return Subscription{}, storeError(err)
 	}
 	svc.changed(s.RoomID)
 	return s, nil

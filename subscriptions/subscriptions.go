@@ -62,10 +62,13 @@ func (f Filter) Matches(eventTypeID uuid.UUID, version int) bool {
 
 // Subscription receives the events of a room that its filters match.
 type Subscription struct {
-	ID         uuid.UUID
-	RoomID     uuid.UUID
-	Type       Type
-	PushURL    string
+	ID      uuid.UUID
+	RoomID  uuid.UUID
+	Type    Type
+	PushURL string
+	// PushAuth authenticates the requests to PushURL at the endpoint (PUSH
+	// only; nil for none).
+	PushAuth   *PushAuth
 	EventTypes []Filter
 	// Overrides of the room's delivery defaults; nil uses the room's.
 	DeliveryDelay           *int64

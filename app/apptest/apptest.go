@@ -32,8 +32,11 @@ import (
 	"github.com/roomhub/messaging-api/metrics"
 	"github.com/roomhub/messaging-api/netguard"
 	"github.com/roomhub/messaging-api/outbox"
+	"github.com/roomhub/messaging-api/push"
+	"github.com/roomhub/messaging-api/seal"
 	"github.com/roomhub/messaging-api/store"
 	"github.com/roomhub/messaging-api/store/storetest"
+	"github.com/roomhub/messaging-api/subscriptions"
 )
 
 // RepoRoot is the directory of go.mod, found from the working directory
@@ -157,16 +160,26 @@ type API struct {
 	DB     *store.DB
 }
 
+// PushAuthKey is PUSH_AUTH_KEY of tests (made with openssl rand -base64 32).
+const PushAuthKey = "3q0m1Xp6l2B1mJvZ4Qd3c8kq8m0yq2l2Xq7y0n3b9xU="
+
 // Config is the API's configuration in tests: loopback push targets
-// allowed, authentication off (tests of authorization turn it on) and the
-// default limits.
+// allowed, push credentials sealed with PushAuthKey, authentication off
+// (tests of authorization turn it on) and the default limits.
 func Config() app.Config {
+	key, err := seal.ParseKey(PushAuthKey)
+	if err != nil {
+		panic(err)
+	}
 	return app.Config{
-		HTTP:       app.HTTPConfig{BodyLimit: 64 << 10},
-		PushQueue:  broker.Destination{Address: "messaging.push", Queue: "messaging.push"},
-		PushTarget: LoopbackTarget(),
-		Auth:       app.AuthConfig{Disabled: true},
-		Limits:     app.LimitsConfig{MaxPayload: 256 << 10, MaxRoomSubscriptions: 1000},
+		HTTP:             app.HTTPConfig{BodyLimit: 64 << 10},
+		PushQueue:        broker.Destination{Address: "messaging.push", Queue: "messaging.push"},
+		Push:             push.DefaultConfig(broker.Destination{Address: "messaging.push", Queue: "messaging.push"}),
+		PushAuth:         app.PushAuthConfig{Key: key},
+		PushTestInterval: subscriptions.DefaultTestInterval,
+		PushTarget:       LoopbackTarget(),
+		Auth:             app.AuthConfig{Disabled: true},
+		Limits:           app.LimitsConfig{MaxPayload: 256 << 10, MaxRoomSubscriptions: 1000},
 		// As deployed: publishing reads rooms and subscriptions through the cache.
 		CatalogCacheTTL: time.Second,
 	}

@@ -80,8 +80,8 @@ func freeAddr(t testing.TB) string {
 
 // StartService runs the whole service (app.Main, command serve) on a free
 // port with env over these defaults: SQLite in a temporary directory, the
-// embedded broker, loopback push targets allowed, authentication off, a
-// push queue of its own. It returns a client of the service, which stops
+// embedded broker, loopback push targets allowed, push credentials sealed
+// with PushAuthKey, authentication off, a push queue of its own. It returns a client of the service, which stops
 // with the test.
 func StartService(t *testing.T, env map[string]string) Client {
 	t.Helper()
@@ -99,6 +99,7 @@ func StartServiceLogs(t *testing.T, env map[string]string) (Client, *SyncBuffer)
 		"BROKER_URL":         "embedded",
 		"LOG_LEVEL":          "error",
 		"PUSH_ALLOWED_CIDRS": LoopbackCIDRs,
+		"PUSH_AUTH_KEY":      PushAuthKey,
 		"AUTH_DISABLED":      "true",
 		"PUSH_QUEUE":         UniquePushQueue(t),
 	}
@@ -220,7 +221,8 @@ func BuildService(t *testing.T) string {
 }
 
 // StartProcess runs bin with subcommand and env on a free port (loopback
-// push targets allowed, authentication off), waits until it is ready, and
+// push targets allowed, push credentials sealed with PushAuthKey,
+// authentication off), waits until it is ready, and
 // kills it when the test ends; its logs are shown if the test fails.
 func StartProcess(t *testing.T, bin, subcommand string, env map[string]string) *Process {
 	t.Helper()
@@ -228,7 +230,8 @@ func StartProcess(t *testing.T, bin, subcommand string, env map[string]string) *
 	// Not CommandContext: the cleanup below kills it, and Kill may do so earlier.
 	cmd := exec.Command(bin, subcommand) //nolint:noctx
 	p := &Process{cmd: cmd, Base: "http://" + addr, Logs: &SyncBuffer{}}
-	p.cmd.Env = append(os.Environ(), "HTTP_ADDR="+addr, "LOG_LEVEL=warn", "PUSH_ALLOWED_CIDRS="+LoopbackCIDRs, "AUTH_DISABLED=true")
+	p.cmd.Env = append(os.Environ(), "HTTP_ADDR="+addr, "LOG_LEVEL=warn", "PUSH_ALLOWED_CIDRS="+LoopbackCIDRs,
+		"PUSH_AUTH_KEY="+PushAuthKey, "AUTH_DISABLED=true")
 	for k, v := range env {
 		p.cmd.Env = append(p.cmd.Env, k+"="+v)
 	}
