@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -76,6 +77,11 @@ func Main(ctx context.Context, command string, args []string, getenv func(string
 	}
 	if err := agreePushRule(ctx, cfg, db); err != nil {
 		return err
+	}
+	if cfg.PushAuth.Key.ID() == "" && strings.HasPrefix(cfg.DatabaseURL, "sqlite:") {
+		if cfg.PushAuth.Key, err = embeddedPushAuthKey(cfg.DatabaseURL, logger); err != nil {
+			return err
+		}
 	}
 	if err := preparePushAuth(ctx, cfg, db.WithKeyring(cfg.PushAuth.Keyring()), logger); err != nil {
 		return err

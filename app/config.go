@@ -159,7 +159,7 @@ var settings = []setting{
 		c.PushTarget.HTTPSOnly = b
 		return err
 	}},
-	{"PUSH_AUTH_KEY", "push-auth-key", "", "the key that encrypts the push credentials of subscriptions (pushAuth) in the database: the base64 of 32 random bytes (openssl rand -base64 32); without it pushAuth is refused; secret, never logged", func(c *Config, v string) error {
+	{"PUSH_AUTH_KEY", "push-auth-key", "", "the key that encrypts the push credentials of subscriptions (pushAuth) in the database: the base64 of 32 random bytes (openssl rand -base64 32); without it pushAuth is refused, except with an SQLite DATABASE_URL, where a key file is made beside the database; secret, never logged", func(c *Config, v string) error {
 		if v == "" {
 			return nil
 		}

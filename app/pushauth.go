@@ -2,10 +2,16 @@ package app
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
+	"os"
 	"strings"
 
+	"github.com/roomhub/messaging-api/seal"
 	"github.com/roomhub/messaging-api/store"
 )
 
@@ -42,4 +48,44 @@ func preparePushAuth(ctx context.Context, cfg Config, db *store.DB, logger *slog
 			slog.String("push_auth_key_id", keys.Current()))
 	}
 	return nil
+}
+
+// embeddedPushAuthKey gives the embedded defaults (`make run`, an SQLite
+// file) a push credentials key without configuration, as they get a first
+// admin key: a file beside the database, made once (mode 0600) and read at
+// every start. Anywhere else PUSH_AUTH_KEY is an operator's decision.
+func embeddedPushAuthKey(databaseURL string, logger *slog.Logger) (seal.Key, error) {
+	path, _, _ := strings.Cut(strings.TrimPrefix(databaseURL, "sqlite:"), "?")
+	if path == "" || strings.HasPrefix(path, ":memory:") {
+		return seal.Key{}, nil
+	}
+	keyPath := path + ".push-auth-key"
+	if raw, err := os.ReadFile(keyPath); err == nil {
+		k, err := seal.ParseKey(strings.TrimSpace(string(raw)))
+		if err != nil {
+			return seal.Key{}, fmt.Errorf("%s: %w", keyPath, err)
+		}
+		return k, nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return seal.Key{}, err
+	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		return seal.Key{}, err
+	}
+	encoded := base64.StdEncoding.EncodeToString(secret)
+	f, err := os.OpenFile(keyPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return seal.Key{}, fmt.Errorf("push credentials key: %w", err)
+	}
+	_, werr := f.WriteString(encoded + "\n")
+	if err := errors.Join(werr, f.Close()); err != nil {
+		return seal.Key{}, fmt.Errorf("push credentials key: %w", err)
+	}
+	k, err := seal.ParseKey(encoded)
+	if err == nil {
+		logger.Info("made a push credentials key for the embedded database (set PUSH_AUTH_KEY elsewhere)",
+			slog.String("file", keyPath), slog.String("push_auth_key_id", k.ID()))
+	}
+	return k, err
 }

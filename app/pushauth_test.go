@@ -5,6 +5,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -86,5 +87,38 @@ func TestPushAuthKeyRotation(t *testing.T) {
 		if strings.Contains(serviceLogs.String(), secret) {
 			t.Errorf("the log shows %q", secret)
 		}
+	}
+}
+
+// TestEmbeddedPushAuthKey: on the embedded defaults (an SQLite file, no
+// PUSH_AUTH_KEY) the service makes a key file beside the database once, so
+// that pushAuth works out of the box, and reads it at the next start.
+func TestEmbeddedPushAuthKey(t *testing.T) {
+	t.Parallel()
+	dbPath := filepath.Join(t.TempDir(), "embedded.db")
+	env := map[string]string{"DATABASE_URL": "sqlite:" + dbPath, "PUSH_AUTH_KEY": ""}
+	var id string
+	t.Run("first start", func(t *testing.T) {
+		c := apptest.StartService(t, env)
+		c.Call("POST", "/v1/rooms", `{"identifier":"orders","managerIdentifier":"m"}`, 201)
+		c.Call("POST", "/v1/rooms/orders/event-types", `{"identifier":"tick"}`, 201)
+		sub := c.Call("POST", "/v1/rooms/orders/subscriptions", `{"type":"PUSH","pushUrl":"https://example.com/h",`+
+			`"eventTypes":[{"eventType":"tick"}],"pushAuth":{"type":"bearer","token":"tok-embedded"}}`, 201)
+		id = sub["id"].(string)
+	})
+	info, err := os.Stat(dbPath + ".push-auth-key")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Mode().Perm() != 0o600 {
+		t.Errorf("key file mode %v, want 0600", info.Mode().Perm())
+	}
+	if t.Failed() {
+		return
+	}
+	c := apptest.StartService(t, env)
+	sub := c.Call("GET", "/v1/rooms/orders/subscriptions/"+id, "", 200)
+	if auth, _ := sub["pushAuth"].(map[string]any); auth["type"] != "bearer" || auth["configured"] != true {
+		t.Errorf("after a restart: pushAuth %v", sub["pushAuth"])
 	}
 }
