@@ -19,7 +19,8 @@ build: ## build bin/messaging-api
 
 .PHONY: run
 run: ## run the service with the embedded defaults (SQLite file, in-process broker) on :8080; push URLs may be on loopback
-	PUSH_ALLOWED_CIDRS=$${PUSH_ALLOWED_CIDRS:-127.0.0.0/8,::1/128} $(GO) run ./cmd/messaging-api serve
+	@$(build_quietly)
+	PUSH_ALLOWED_CIDRS=$${PUSH_ALLOWED_CIDRS:-127.0.0.0/8,::1/128} $(BIN) serve
 
 .PHONY: run-artemis
 run-artemis: ## run the service against the local Apache ActiveMQ Artemis (installed from Maven Central on first use) and PostgreSQL; prints a first admin API key
@@ -28,7 +29,8 @@ run-artemis: ## run the service against the local Apache ActiveMQ Artemis (insta
 	@db=$(LOCAL_DATABASE_URL) && export BROKER_URL="$$(bash scripts/artemis.sh url)" DATABASE_URL="$${DATABASE_URL:-$$db}" \
 		PUSH_ALLOWED_CIDRS="$${PUSH_ALLOWED_CIDRS:-127.0.0.0/8,::1/128}" && \
 	$(first_admin_key) && \
-	$(GO) run ./cmd/messaging-api serve
+	$(build_quietly) && \
+	$(BIN) serve
 
 .PHONY: run-activemq
 run-activemq: broker-start ## run the service against the local ActiveMQ Classic and PostgreSQL; prints a first admin API key
@@ -36,7 +38,16 @@ run-activemq: broker-start ## run the service against the local ActiveMQ Classic
 	@db=$(LOCAL_DATABASE_URL) && export BROKER_URL='$(LOCAL_BROKER_URL)' DATABASE_URL="$${DATABASE_URL:-$$db}" \
 		PUSH_ALLOWED_CIDRS="$${PUSH_ALLOWED_CIDRS:-127.0.0.0/8,::1/128}" && \
 	$(first_admin_key) && \
-	$(GO) run ./cmd/messaging-api serve
+	$(build_quietly) && \
+	$(BIN) serve
+
+# build_quietly builds $(BIN), saying so first: the first build downloads the
+# modules and takes a minute or two with nothing else to show. The run targets
+# then start the binary itself (not go run), which stops cleanly on Ctrl-C.
+define build_quietly
+echo "building $(BIN) (the first build fetches the Go modules: a minute or two)..." && \
+CGO_ENABLED=0 $(GO) build -o $(BIN) ./cmd/messaging-api
+endef
 
 # The database of run-artemis and run-activemq: the local PostgreSQL's
 # "postgres" database (the tests use "test").
