@@ -27,15 +27,11 @@ import (
 const (
 	MaxBatch          = 100
 	maxAttributes     = 32
-	maxAttributeValue = 1024
 	maxCorrelationID  = 200
 	maxIdempotencyKey = 200
 )
 
-var (
-	attributeKey    = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_.-]{0,63}$`)
-	printableHeader = regexp.MustCompile(`^[\x21-\x7e][\x20-\x7e]*$`)
-)
+var printableHeader = regexp.MustCompile(`^[\x21-\x7e][\x20-\x7e]*$`)
 
 // Catalog finds rooms, event types and versions (rooms.Service is one).
 type Catalog interface {
@@ -369,11 +365,11 @@ func (s *Service) prepare(ctx context.Context, room rooms.Room, in Input, field,
 			probs.Add(field+"attributes."+k, fmt.Sprintf("differs from %q only in case", prev))
 		}
 		lower[strings.ToLower(k)] = k
-		if !attributeKey.MatchString(k) {
-			probs.Add(field+"attributes."+k, "names must match ^[a-zA-Z][a-zA-Z0-9_.-]{0,63}$")
+		if !message.ValidAttributeName(k) {
+			probs.Add(field+"attributes."+k, "names must match "+message.AttributeNamePattern)
 		}
-		if len(v) > maxAttributeValue {
-			probs.Add(field+"attributes."+k, fmt.Sprintf("must be at most %d bytes", maxAttributeValue))
+		if len(v) > message.MaxAttributeValue {
+			probs.Add(field+"attributes."+k, fmt.Sprintf("must be at most %d bytes", message.MaxAttributeValue))
 		}
 		if strings.ContainsFunc(v, func(r rune) bool { return (r < ' ' && r != '\t') || r == 0x7f }) {
 			// Push sends it as an X-Attr-<name> header, which net/http refuses to send.
