@@ -249,13 +249,7 @@ func (s *Service) Publish(ctx context.Context, ref string, inputs []Input, idemp
 			// A batch is one request: its first event carries the key.
 			ev.IdempotencyKey, ev.RequestHash = idempotencyKey, hash
 		}
-		for _, sub := range subs {
-			if !sub.Matches(ev.EventTypeID, ev.Version) {
-				continue
-			}
-			sends = append(sends, s.newSend(ev, sub, now))
-			ev.Destinations++
-		}
+		sends = s.route(&ev, subs, now, sends)
 		events = append(events, ev)
 	}
 	for _, c := range checks {
@@ -429,6 +423,20 @@ func (s *Service) prepare(ctx context.Context, room rooms.Room, in Input, field,
 		ev.Attributes = map[string]string{}
 	}
 	return ev, check, probs.Len() == before, nil
+}
+
+// route appends to sends the first send of ev to each of subs (the room's
+// ACTIVE subscriptions) whose filters take it, counting them in
+// ev.Destinations: the routing rule of docs/api-guide.md#routing.
+func (s *Service) route(ev *message.Event, subs []subscriptions.Subscription, now time.Time, sends []message.Send) []message.Send {
+	for i := range subs {
+		if !subs[i].Receives(ev.EventTypeID, ev.Version, ev.Attributes) {
+			continue
+		}
+		sends = append(sends, s.newSend(*ev, subs[i], now))
+		ev.Destinations++
+	}
+	return sends
 }
 
 // newSend is the first send of ev to sub.

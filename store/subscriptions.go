@@ -38,8 +38,10 @@ type subscriptionRow struct {
 	PreviousSigningSecret   string
 	PreviousSecretExpiresAt *time.Time
 	Owner                   string
-	CreatedAt               time.Time `gorm:"autoCreateTime:false"`
-	UpdatedAt               time.Time `gorm:"autoUpdateTime:false"`
+	// AttributeFilter is the filter's canonical JSON (JSONB on PostgreSQL).
+	AttributeFilter *string
+	CreatedAt       time.Time `gorm:"autoCreateTime:false"`
+	UpdatedAt       time.Time `gorm:"autoUpdateTime:false"`
 }
 
 func (subscriptionRow) TableName() string { return "subscriptions" }
@@ -63,9 +65,18 @@ func toSubscriptionRow(s subscriptions.Subscription) subscriptionRow {
 		AckDeadline:   s.AckDeadline.Milliseconds(),
 		SigningSecret: s.SigningSecret, PreviousSigningSecret: s.PreviousSecret,
 		PreviousSecretExpiresAt: timePtr(s.PreviousSecretExpiresAt),
-		Owner:                   s.Owner,
-		CreatedAt:               s.CreatedAt, UpdatedAt: s.UpdatedAt,
+		Owner:                   s.Owner, AttributeFilter: filterText(s.AttributeFilter),
+		CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
 	}
+}
+
+// filterText is the stored form of an attribute filter (NULL for none).
+func filterText(f *subscriptions.AttributeFilter) *string {
+	if f == nil {
+		return nil
+	}
+	t := f.Text()
+	return &t
 }
 
 func toFilterRows(s subscriptions.Subscription) []filterRow {
@@ -199,10 +210,19 @@ func (s *Subscriptions) withFilters(ctx context.Context, rows []subscriptionRow)
 			AckDeadline:   time.Duration(r.AckDeadline) * time.Millisecond,
 			SigningSecret: r.SigningSecret, PreviousSecret: r.PreviousSigningSecret,
 			PreviousSecretExpiresAt: timeVal(r.PreviousSecretExpiresAt),
-			CreatedAt:               r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
+			// Compiled here, once per load, not per event routed.
+			AttributeFilter: subscriptions.LoadAttributeFilter(strVal(r.AttributeFilter)),
+			CreatedAt:       r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 		}
 	}
 	return out, nil
+}
+
+func strVal(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // UpdateSubscription implements subscriptions.Store.

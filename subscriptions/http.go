@@ -1,6 +1,7 @@
 package subscriptions
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -33,6 +34,7 @@ type request struct {
 	Type                    api.Nullable[Type]              `json:"type"`
 	PushURL                 api.Nullable[string]            `json:"pushUrl"`
 	EventTypes              api.Nullable[[]FilterInput]     `json:"eventTypes"`
+	AttributeFilter         api.Nullable[json.RawMessage]   `json:"attributeFilter"`
 	DeliveryDelay           api.Nullable[int64]             `json:"deliveryDelay"`
 	DeliveryDelayMultiplier api.Nullable[float64]           `json:"deliveryDelayMultiplier"`
 	DeliveryAttempts        api.Nullable[int]               `json:"deliveryAttempts"`
@@ -52,6 +54,7 @@ type Response struct {
 	PushURL                 *string            `json:"pushUrl"`
 	Destination             *string            `json:"destination"`
 	EventTypes              []FilterInput      `json:"eventTypes"`
+	AttributeFilter         json.RawMessage    `json:"attributeFilter"`
 	DeliveryDelay           *int64             `json:"deliveryDelay"`
 	DeliveryDelayMultiplier *float64           `json:"deliveryDelayMultiplier"`
 	DeliveryAttempts        *int               `json:"deliveryAttempts"`
@@ -87,6 +90,9 @@ func toResponse(s Subscription) Response {
 	if s.Owner != "" {
 		o := s.Owner
 		r.Owner = &o
+	}
+	if s.AttributeFilter != nil {
+		r.AttributeFilter = json.RawMessage(s.AttributeFilter.Text())
 	}
 	for i, f := range s.EventTypes {
 		r.EventTypes[i] = FilterInput{EventType: f.EventType, Versions: f.Versions}

@@ -33,7 +33,8 @@ var (
 // FuzzSubscriptionRequest drives POST and PATCH of PUSH and PULL
 // subscriptions with any body: never a 500 or a panic; a rejection is a
 // problem naming fields; an accepted subscription keeps every setting in
-// range and its retry schedule finite, with delays from 0 to a week.
+// range, its retry schedule finite, with delays from 0 to a week, and its
+// attribute filter in a form that loads as itself.
 func FuzzSubscriptionRequest(f *testing.F) {
 	for _, s := range []string{
 		`{"type":"PUSH","pushUrl":"https://example.com/hook","eventTypes":[{"eventType":"order.created"}]}`,
@@ -50,6 +51,12 @@ func FuzzSubscriptionRequest(f *testing.F) {
 		`{"deliveryDelayMultiplier":"NaN"}`, `{"deliveryJitter":1e400}`, `{"ackDeadline":-1}`,
 		`{"eventtypes":[]}`, `{"":0}`, `{}`, `null`, ``, `[`, `{"type":"PUSH"}{}`,
 		`{"eventTypes":[{"eventType":"order.created","versions":[` + strings.Repeat("2,", 100) + `1]}]}`,
+		`{"attributeFilter":{"region":["eu","us"],"priority":[{"numeric":[">=",5]}],"source":[{"prefix":"web-"}],"traceId":[{"exists":true}],"tier":[{"anything-but":["free"]}]}}`,
+		`{"attributeFilter":{"priority":[{"numeric":[">",0,"<=",5]}]}}`, `{"attributeFilter":{"priority":[{"numeric":[">=","5"]}]}}`,
+		`{"attributeFilter":{"p":[{"numeric":[">",5,"<",1]}],"t":[{"anything-but":{"prefix":""}}]}}`, `{"attributeFilter":{"t":[5,null,[],{}]}}`,
+		`{"attributeFilter":{}}`, `{"attributeFilter":null}`, `{"attributeFilter":[]}`, `{"attributeFilter":{"1a":["x"],"a/b":"x"}}`,
+		`{"attributeFilter":{"a":["1"],"b":["1"],"c":["1"],"d":["1"],"e":["1"],"f":["1"]}}`,
+		`{"attributeFilter":{"a":[` + strings.Repeat(`"x",`, 150) + `"x"]}}`,
 	} {
 		for mode := uint8(0); mode < 3; mode++ {
 			f.Add([]byte(s), mode)
@@ -107,6 +114,12 @@ func checkSubscription(t *testing.T, room rooms.Room, s subscriptions.Subscripti
 	for _, f := range s.EventTypes {
 		if f.EventTypeID != fuzzEventID {
 			t.Fatalf("filter %+v names an event type that does not exist", f)
+		}
+	}
+	if s.AttributeFilter != nil {
+		// What the store keeps loads as the same filter.
+		if text := s.AttributeFilter.Text(); subscriptions.LoadAttributeFilter(text).Text() != text || !json.Valid([]byte(text)) {
+			t.Fatalf("attribute filter %s does not load as itself", text)
 		}
 	}
 	policy := retry.For(room, s)

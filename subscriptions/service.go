@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -96,6 +97,7 @@ type Patch struct {
 	Type                    api.Nullable[Type]
 	PushURL                 api.Nullable[string]
 	EventTypes              api.Nullable[[]FilterInput]
+	AttributeFilter         api.Nullable[json.RawMessage]
 	DeliveryDelay           api.Nullable[int64]
 	DeliveryDelayMultiplier api.Nullable[float64]
 	DeliveryAttempts        api.Nullable[int]
@@ -167,6 +169,13 @@ func (svc *Service) apply(ctx context.Context, room rooms.Room, s *Subscription,
 				return err
 			}
 			s.EventTypes = filters
+		}
+	}
+
+	if p.AttributeFilter.Set {
+		s.AttributeFilter = nil
+		if !p.AttributeFilter.Null {
+			s.AttributeFilter = ParseAttributeFilter(p.AttributeFilter.Value, &probs)
 		}
 	}
 

@@ -67,6 +67,9 @@ type Subscription struct {
 	Type       Type
 	PushURL    string
 	EventTypes []Filter
+	// AttributeFilter selects among those events by their attributes; nil
+	// selects them all.
+	AttributeFilter *AttributeFilter
 	// Overrides of the room's delivery defaults; nil uses the room's.
 	DeliveryDelay           *int64
 	DeliveryDelayMultiplier *float64
@@ -110,7 +113,8 @@ func QueueOf(roomID, id uuid.UUID) broker.Destination {
 	return broker.Destination{Address: rooms.Address(roomID), Queue: "subscription-" + id.String()}
 }
 
-// Matches reports whether the subscription receives an event of this type and version.
+// Matches reports whether the subscription's event type filters take an
+// event of this type and version.
 func (s Subscription) Matches(eventTypeID uuid.UUID, version int) bool {
 	for _, f := range s.EventTypes {
 		if f.Matches(eventTypeID, version) {
@@ -118,6 +122,15 @@ func (s Subscription) Matches(eventTypeID uuid.UUID, version int) bool {
 		}
 	}
 	return false
+}
+
+// Receives reports whether an event of this type, version and attributes
+// passes the subscription's filters (its status is the caller's to check:
+// publishing routes to ACTIVE subscriptions only). A pointer receiver: it is
+// called for every subscription of a room on every publish, and is too big
+// to inline, so a value receiver would copy the whole subscription each time.
+func (s *Subscription) Receives(eventTypeID uuid.UUID, version int, attrs map[string]string) bool {
+	return s.Matches(eventTypeID, version) && s.AttributeFilter.Matches(attrs)
 }
 
 // Query selects subscriptions of a room, ordered by id.
