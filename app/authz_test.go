@@ -60,6 +60,7 @@ var routeAccess = map[string]string{
 	"PATCH /v1/rooms/:roomId/subscriptions/:subscriptionId":                             "ams",
 	"DELETE /v1/rooms/:roomId/subscriptions/:subscriptionId":                            "ams",
 	"POST /v1/rooms/:roomId/subscriptions/:subscriptionId/secret\\:rotate":              "ams",
+	"POST /v1/rooms/:roomId/subscriptions/:subscriptionId":                              "am",
 	"GET /v1/rooms/:roomId/subscriptions/:subscriptionId/retry-schedule":                "ams",
 	"GET /v1/rooms/:roomId/subscriptions/:subscriptionId/deliveries":                    "ams",
 	"GET /v1/rooms/:roomId/subscriptions/:subscriptionId/dead-letters":                  "ams",
@@ -185,6 +186,9 @@ func (f *authFixture) request(t *testing.T, route string, inside bool) (method, 
 	).Replace(tmpl)
 	if method == "POST" && strings.HasSuffix(tmpl, "/:deadLetterId") {
 		path += ":replay" // echo's route takes the whole segment, "{id}:replay"
+	}
+	if method == "POST" && strings.HasSuffix(tmpl, "/:subscriptionId") {
+		path += ":approve" // as ":replay"; subA is ACTIVE, so an allowed call gets 409
 	}
 	if method == "DELETE" && strings.Contains(tmpl, "/event-types/") {
 		// Nothing to delete: an allowed call answers 404, a denied one 403.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -26,6 +27,9 @@ func Routes(g *echo.Group, s *Service) {
 	auth.Handle(g, http.MethodPatch, "/rooms/:roomId/subscriptions/:subscriptionId", h.update, one)
 	auth.Handle(g, http.MethodDelete, "/rooms/:roomId/subscriptions/:subscriptionId", h.delete, one)
 	auth.Handle(g, http.MethodPost, "/rooms/:roomId/subscriptions/:subscriptionId/secret\\:rotate", h.rotate, one)
+	// "{id}:approve" and "{id}:reject" arrive as the whole segment and
+	// decide cuts it; only the room's manager (or an admin) decides.
+	auth.Handle(g, http.MethodPost, "/rooms/:roomId/subscriptions/:subscriptionId", h.decide, auth.InRoom(api.RoleManager))
 }
 
 type handlers struct{ s *Service }
@@ -63,7 +67,12 @@ type Response struct {
 	RetryPolicy             *rooms.RetryPolicy `json:"retryPolicy"`
 	AckDeadline             int64              `json:"ackDeadline"`
 	Status                  Status             `json:"status"`
-	Owner                   *string            `json:"owner"`
+	// DecidedBy, DecidedAt and RejectionReason say who approved or
+	// rejected a subscription that was PENDING, when, and why a rejection.
+	DecidedBy       *string    `json:"decidedBy"`
+	DecidedAt       *time.Time `json:"decidedAt"`
+	RejectionReason *string    `json:"rejectionReason"`
+	Owner           *string    `json:"owner"`
 	// SigningSecret is shown only when it is made: at creation and rotation.
 	SigningSecret string    `json:"signingSecret,omitempty"`
 	CreatedAt     time.Time `json:"createdAt"`
@@ -87,13 +96,15 @@ func toResponse(s Subscription) Response {
 		CreatedAt:               s.CreatedAt,
 		UpdatedAt:               s.UpdatedAt,
 	}
-	if s.Owner != "" {
-		o := s.Owner
-		r.Owner = &o
-	}
+	r.Owner = optional(s.Owner)
 	if s.AttributeFilter != nil {
 		r.AttributeFilter = json.RawMessage(s.AttributeFilter.Text())
 	}
+	if !s.DecidedAt.IsZero() {
+		at := s.DecidedAt
+		r.DecidedAt, r.DecidedBy = &at, optional(s.DecidedBy)
+	}
+	r.RejectionReason = optional(s.RejectionReason)
 	for i, f := range s.EventTypes {
 		r.EventTypes[i] = FilterInput{EventType: f.EventType, Versions: f.Versions}
 	}
@@ -105,6 +116,14 @@ func toResponse(s Subscription) Response {
 		r.Destination = &d
 	}
 	return r
+}
+
+// optional is nil for "".
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 func (h handlers) create(c echo.Context) error {
@@ -134,7 +153,7 @@ func (h handlers) list(c echo.Context) error {
 		probs.Add("type", "must be PUSH or PULL")
 	}
 	if q.Status != "" && !q.Status.valid() {
-		probs.Add("status", "must be ACTIVE, PAUSED or TERMINATED")
+		probs.Add("status", "must be ACTIVE, PAUSED, TERMINATED, PENDING or REJECTED")
 	}
 	if err := probs.Err(); err != nil {
 		return err
@@ -204,6 +223,38 @@ func (h handlers) rotate(c echo.Context) error {
 	r.SigningSecret = s.SigningSecret
 	noStore(c)
 	return c.JSON(http.StatusOK, r)
+}
+
+type rejectRequest struct {
+	Reason string `json:"reason"`
+}
+
+// decide answers POST …/subscriptions/{id}:approve and {id}:reject.
+func (h handlers) decide(c echo.Context) error {
+	ctx := c.Request().Context()
+	param := c.Param("subscriptionId")
+	if id, ok := strings.CutSuffix(param, ":approve"); ok {
+		if err := api.DecodeOptional(c, &struct{}{}); err != nil {
+			return err
+		}
+		s, err := h.s.Approve(ctx, c.Param("roomId"), id)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, toResponse(s))
+	}
+	if id, ok := strings.CutSuffix(param, ":reject"); ok {
+		var req rejectRequest
+		if err := api.Decode(c, &req); err != nil {
+			return err
+		}
+		s, err := h.s.Reject(ctx, c.Param("roomId"), id, req.Reason)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, toResponse(s))
+	}
+	return echo.ErrMethodNotAllowed
 }
 
 // noStore keeps an answer that carries a signing secret out of every cache
