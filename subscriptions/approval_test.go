@@ -140,7 +140,11 @@ func TestApproval(t *testing.T) {
 				apptest.Want(t, f.As(key, "POST", f.path(pending.ID)+":reject", map[string]any{"reason": "no"}), http.StatusForbidden)
 			}
 			apptest.Want(t, f.As(f.manager, "POST", f.path(uuid.NewString())+":approve", nil), http.StatusNotFound)
-			apptest.Want(t, f.As(f.manager, "POST", f.path(pending.ID)+":unknown", nil), http.StatusMethodNotAllowed)
+			r = f.As(f.manager, "POST", f.path(pending.ID)+":unknown", nil)
+			apptest.Want(t, r, http.StatusMethodNotAllowed)
+			if allow := r.Header.Get("Allow"); allow != "GET, PATCH, DELETE" {
+				t.Errorf("POST on the subscription's own path: Allow %q", allow)
+			}
 
 			r = f.As(f.manager, "POST", f.path(pending.ID)+":approve", nil)
 			apptest.Want(t, r, http.StatusOK)

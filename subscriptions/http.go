@@ -254,6 +254,8 @@ func (h handlers) decide(c echo.Context) error {
 		}
 		return c.JSON(http.StatusOK, toResponse(s))
 	}
+	// The path of the subscription itself, which takes no POST.
+	c.Response().Header().Set(echo.HeaderAllow, "GET, PATCH, DELETE")
 	return echo.ErrMethodNotAllowed
 }
 
