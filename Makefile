@@ -179,6 +179,7 @@ fault-smoke: ## the fault suite's short form, for CI (~1.5 min; BROKER=artemis|a
 # Seeds are in each package's testdata/fuzz/<Target>, where a failing input lands.
 FUZZ_TARGETS := api:FuzzDecodeBytes api:FuzzNullable api:FuzzCheckJSON \
 	rooms:FuzzRoomRequest rooms:FuzzCompileSchema subscriptions:FuzzSubscriptionRequest publish:FuzzPublishRequest \
+	subscriptions:FuzzAttributeFilter \
 	retry:FuzzFourPhase retry:FuzzExponential retry:FuzzBackoff retry:FuzzRetryPolicyJSON retry:FuzzPreview \
 	push:FuzzParseRetryAfter push:FuzzRetryAfterForms push:FuzzEventOf push:FuzzEventOfHeaders \
 	broker:FuzzHeaderRoundTrip broker:FuzzDecodeMessage redact:FuzzConnString

@@ -60,7 +60,9 @@ var routeAccess = map[string]string{
 	"PATCH /v1/rooms/:roomId/subscriptions/:subscriptionId":                             "ams",
 	"DELETE /v1/rooms/:roomId/subscriptions/:subscriptionId":                            "ams",
 	"POST /v1/rooms/:roomId/subscriptions/:subscriptionId/secret\\:rotate":              "ams",
-	"POST /v1/rooms/:roomId/subscriptions/:subscriptionId":                              "ams",
+	"POST /v1/rooms/:roomId/subscriptions/:subscriptionId\\:test":                       "ams",
+	"POST /v1/rooms/:roomId/subscriptions/:subscriptionId\\:approve":                    "am",
+	"POST /v1/rooms/:roomId/subscriptions/:subscriptionId\\:reject":                     "am",
 	"GET /v1/rooms/:roomId/subscriptions/:subscriptionId/retry-schedule":                "ams",
 	"GET /v1/rooms/:roomId/subscriptions/:subscriptionId/deliveries":                    "ams",
 	"GET /v1/rooms/:roomId/subscriptions/:subscriptionId/dead-letters":                  "ams",
@@ -187,9 +189,6 @@ func (f *authFixture) request(t *testing.T, route string, inside bool) (method, 
 	if method == "POST" && strings.HasSuffix(tmpl, "/:deadLetterId") {
 		path += ":replay" // echo's route takes the whole segment, "{id}:replay"
 	}
-	if method == "POST" && strings.HasSuffix(tmpl, "/:subscriptionId") {
-		path += ":test" // a custom method (api.Verbs); the fixture's PULL subscriptions answer 409
-	}
 	if method == "DELETE" && strings.Contains(tmpl, "/event-types/") {
 		// Nothing to delete: an allowed call answers 404, a denied one 403.
 		path = strings.Replace(path, "order.created", "nope", 1)
@@ -209,6 +208,7 @@ func (f *authFixture) request(t *testing.T, route string, inside bool) (method, 
 		"POST /v1/rooms/:roomId/subscriptions/:subscriptionId/ack":                 map[string]any{"ackIds": []string{uuid.NewString()}},
 		"POST /v1/rooms/:roomId/subscriptions/:subscriptionId/nack":                map[string]any{"ackIds": []string{uuid.NewString()}},
 		"POST /v1/rooms/:roomId/subscriptions/:subscriptionId/modify-ack-deadline": map[string]any{"ackIds": []string{uuid.NewString()}, "ackDeadlineMs": 1000},
+		"POST /v1/rooms/:roomId/subscriptions/:subscriptionId\\:reject":            map[string]any{"reason": "not here"},
 		"POST /v1/retry-schedule\\:preview":                                        map[string]any{"deliveryDelay": 100, "deliveryDelayMultiplier": 2, "deliveryAttempts": 3},
 	}
 	if b, ok := bodies[route]; ok {
@@ -231,7 +231,15 @@ func TestAuthorizationTable(t *testing.T) {
 		if !strings.HasPrefix(r.Path, "/v1/") || strings.HasSuffix(r.Path, "*") {
 			continue
 		}
-		routes = append(routes, r.Method+" "+r.Path)
+		verbs, ok := strings.CutPrefix(r.Name, auth.VerbsRoutePrefix)
+		if !ok {
+			routes = append(routes, r.Method+" "+r.Path)
+			continue
+		}
+		// One route of custom methods (auth.HandleVerbs), each with its own rule.
+		for verb := range strings.SplitSeq(verbs, ",") {
+			routes = append(routes, r.Method+" "+r.Path+"\\:"+verb)
+		}
 	}
 	slices.Sort(routes)
 	for _, route := range routes {

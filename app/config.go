@@ -233,7 +233,7 @@ var settings = []setting{
 	}},
 	{"PUBLISH_RATE_BURST", "publish-rate-burst", "0", "events a key may publish at once above its rate (0: one second's worth)", intInto(0, auth.MaxPublishBurst, func(c *Config) *int { return &c.Limits.PublishBurst })},
 	{"PUBLISH_MAX_PAYLOAD", "publish-max-payload", "262144", "largest payload of one event in bytes (a request is also bounded by HTTP_BODY_LIMIT)", intInto(1, 64<<20, func(c *Config) *int { return &c.Limits.MaxPayload })},
-	{"ROOM_MAX_SUBSCRIPTIONS", "room-max-subscriptions", "1000", "subscriptions one room may have (TERMINATED ones do not count; 0: no cap)", intInto(0, 1000000, func(c *Config) *int { return &c.Limits.MaxRoomSubscriptions })},
+	{"ROOM_MAX_SUBSCRIPTIONS", "room-max-subscriptions", "1000", "subscriptions one room may have (TERMINATED and REJECTED ones do not count; 0: no cap)", intInto(0, 1000000, func(c *Config) *int { return &c.Limits.MaxRoomSubscriptions })},
 	{"METRICS_ROOM_LABEL", "metrics-room-label", "true", "label the publish counters of /metrics by room (one series per room; false counts every room under room=\"_all\")", func(c *Config, v string) error {
 		b, err := strconv.ParseBool(v)
 		c.Metrics.RoomLabel = b

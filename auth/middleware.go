@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"strings"
 
@@ -60,6 +61,34 @@ func InSubscription(roles ...string) Rule { return Rule{roles: roles, scope: inS
 // that shape the path parameters it reads (api.Verbs).
 func Handle(g *echo.Group, method, path string, h echo.HandlerFunc, rule Rule, mw ...echo.MiddlewareFunc) *echo.Route {
 	return g.Add(method, path, h, slices.Concat(mw, []echo.MiddlewareFunc{rule.enforce})...)
+}
+
+// Verb is a custom method of a resource, POST …/{id}:Name, with its rule.
+type Verb struct {
+	Name    string
+	Handler echo.HandlerFunc
+	Rule    Rule
+}
+
+// VerbsRoutePrefix starts the Name of a route HandleVerbs declares; the
+// verbs follow, comma-separated.
+const VerbsRoutePrefix = "verbs:"
+
+// HandleVerbs declares the custom methods of the resource whose path ends in
+// the parameter param, each with its own rule beside it. echo routes no
+// literal after a parameter, so they share one route (api.Verbs cuts the
+// verb off the parameter before the verb's rule runs); the route's Name
+// lists them, for whoever checks every route's rule.
+func HandleVerbs(g *echo.Group, path, param string, verbs ...Verb) *echo.Route {
+	names := make([]string, len(verbs))
+	byName := make(map[string]echo.HandlerFunc, len(verbs))
+	for i, v := range verbs {
+		names[i] = v.Name
+		byName[v.Name] = v.Rule.enforce(v.Handler)
+	}
+	r := g.Add(http.MethodPost, path, func(c echo.Context) error { return byName[api.Verb(c)](c) }, api.Verbs(param, names...))
+	r.Name = VerbsRoutePrefix + strings.Join(names, ",")
+	return r
 }
 
 // guardKey holds the guard Middleware leaves for the route's rule.

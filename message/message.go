@@ -7,6 +7,7 @@ package message
 
 import (
 	"encoding/json"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +38,19 @@ const (
 	// AttributePrefix prefixes each publisher attribute's header name.
 	AttributePrefix = "x-attr-"
 )
+
+// MaxAttributeValue bounds an attribute's value in bytes: it travels as a
+// broker header and, for push, as an X-Attr-<name> HTTP header.
+const MaxAttributeValue = 1024
+
+// AttributeNamePattern is what an attribute's name must match: it becomes
+// part of a header name.
+const AttributeNamePattern = `^[a-zA-Z][a-zA-Z0-9_.-]{0,63}$`
+
+var attributeName = regexp.MustCompile(AttributeNamePattern)
+
+// ValidAttributeName reports whether name may name an attribute.
+func ValidAttributeName(name string) bool { return attributeName.MatchString(name) }
 
 // Status of one send in the published-messages log.
 type Status string

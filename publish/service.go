@@ -27,15 +27,11 @@ import (
 const (
 	MaxBatch          = 100
 	maxAttributes     = 32
-	maxAttributeValue = 1024
 	maxCorrelationID  = 200
 	maxIdempotencyKey = 200
 )
 
-var (
-	attributeKey    = regexp.MustCompile(`^[a-zA-Z][a-zA-Z0-9_.-]{0,63}$`)
-	printableHeader = regexp.MustCompile(`^[\x21-\x7e][\x20-\x7e]*$`)
-)
+var printableHeader = regexp.MustCompile(`^[\x21-\x7e][\x20-\x7e]*$`)
 
 // Catalog finds rooms, event types and versions (rooms.Service is one).
 type Catalog interface {
@@ -253,13 +249,7 @@ func (s *Service) Publish(ctx context.Context, ref string, inputs []Input, idemp
 			// A batch is one request: its first event carries the key.
 			ev.IdempotencyKey, ev.RequestHash = idempotencyKey, hash
 		}
-		for _, sub := range subs {
-			if !sub.Matches(ev.EventTypeID, ev.Version) {
-				continue
-			}
-			sends = append(sends, s.newSend(ev, sub, now))
-			ev.Destinations++
-		}
+		sends = s.route(&ev, subs, now, sends)
 		events = append(events, ev)
 	}
 	for _, c := range checks {
@@ -369,11 +359,11 @@ func (s *Service) prepare(ctx context.Context, room rooms.Room, in Input, field,
 			probs.Add(field+"attributes."+k, fmt.Sprintf("differs from %q only in case", prev))
 		}
 		lower[strings.ToLower(k)] = k
-		if !attributeKey.MatchString(k) {
-			probs.Add(field+"attributes."+k, "names must match ^[a-zA-Z][a-zA-Z0-9_.-]{0,63}$")
+		if !message.ValidAttributeName(k) {
+			probs.Add(field+"attributes."+k, "names must match "+message.AttributeNamePattern)
 		}
-		if len(v) > maxAttributeValue {
-			probs.Add(field+"attributes."+k, fmt.Sprintf("must be at most %d bytes", maxAttributeValue))
+		if len(v) > message.MaxAttributeValue {
+			probs.Add(field+"attributes."+k, fmt.Sprintf("must be at most %d bytes", message.MaxAttributeValue))
 		}
 		if strings.ContainsFunc(v, func(r rune) bool { return (r < ' ' && r != '\t') || r == 0x7f }) {
 			// Push sends it as an X-Attr-<name> header, which net/http refuses to send.
@@ -433,6 +423,20 @@ func (s *Service) prepare(ctx context.Context, room rooms.Room, in Input, field,
 		ev.Attributes = map[string]string{}
 	}
 	return ev, check, probs.Len() == before, nil
+}
+
+// route appends to sends the first send of ev to each of subs (the room's
+// ACTIVE subscriptions) whose filters take it, counting them in
+// ev.Destinations: the routing rule of docs/api-guide.md#routing.
+func (s *Service) route(ev *message.Event, subs []subscriptions.Subscription, now time.Time, sends []message.Send) []message.Send {
+	for i := range subs {
+		if !subs[i].Receives(ev.EventTypeID, ev.Version, ev.Attributes) {
+			continue
+		}
+		sends = append(sends, s.newSend(*ev, subs[i], now))
+		ev.Destinations++
+	}
+	return sends
 }
 
 // newSend is the first send of ev to sub.

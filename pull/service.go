@@ -80,6 +80,10 @@ func (s *Service) pullable(ctx context.Context, roomRef, id string) (rooms.Room,
 		return room, sub, err
 	case sub.Type != subscriptions.TypePull:
 		return room, sub, ErrNotPull
+	case sub.Status == subscriptions.StatusPending:
+		return room, sub, subscriptions.ErrPending
+	case sub.Status == subscriptions.StatusRejected:
+		return room, sub, subscriptions.ErrRejected
 	case sub.Status != subscriptions.StatusActive:
 		return room, sub, ErrNotActive
 	}

@@ -51,6 +51,7 @@ type roomRequest struct {
 	MaxDeliveryDelay        api.Nullable[int64]       `json:"maxDeliveryDelay"`
 	DeliveryJitter          api.Nullable[float64]     `json:"deliveryJitter"`
 	RetryPolicy             api.Nullable[RetryPolicy] `json:"retryPolicy"`
+	SubscriptionApproval    api.Nullable[Approval]    `json:"subscriptionApproval"`
 	Status                  api.Nullable[Status]      `json:"status"`
 }
 
@@ -70,6 +71,7 @@ type RoomResponse struct {
 	MaxDeliveryDelay        *int64       `json:"maxDeliveryDelay"`
 	DeliveryJitter          float64      `json:"deliveryJitter"`
 	RetryPolicy             *RetryPolicy `json:"retryPolicy"`
+	SubscriptionApproval    Approval     `json:"subscriptionApproval"`
 	Status                  Status       `json:"status"`
 	Address                 string       `json:"address"`
 	CreatedAt               time.Time    `json:"createdAt"`
@@ -98,6 +100,7 @@ func toRoomResponse(r Room) RoomResponse {
 		MaxDeliveryDelay:        maxDelay,
 		DeliveryJitter:          r.DeliveryJitter,
 		RetryPolicy:             r.RetryPolicy,
+		SubscriptionApproval:    r.SubscriptionApproval,
 		Status:                  r.Status,
 		Address:                 r.Address(),
 		CreatedAt:               r.CreatedAt,

@@ -37,6 +37,18 @@ const (
 	StatusTerminated Status = "TERMINATED"
 )
 
+// Approval says whether a room's new subscriptions need its manager's
+// approval before they receive anything.
+type Approval string
+
+const (
+	// ApprovalAutomatic: every subscription starts as it is asked.
+	ApprovalAutomatic Approval = "AUTOMATIC"
+	// ApprovalManual: a subscription made by a key that does not manage the
+	// room (a subscriber's) starts PENDING until the manager approves it.
+	ApprovalManual Approval = "MANUAL"
+)
+
 // Room is a broker address with the defaults every message sent to it gets.
 type Room struct {
 	ID                uuid.UUID
@@ -57,9 +69,12 @@ type Room struct {
 	// RetryPolicy, when set, replaces the exponential backoff retry with the
 	// four-phase policy.
 	RetryPolicy *RetryPolicy
-	Status      Status
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	// SubscriptionApproval says whether new subscriptions need the manager's
+	// approval.
+	SubscriptionApproval Approval
+	Status               Status
+	CreatedAt            time.Time
+	UpdatedAt            time.Time
 }
 
 // Address is the room's broker address.

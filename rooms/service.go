@@ -93,6 +93,7 @@ type RoomPatch struct {
 	MaxDeliveryDelay        api.Nullable[int64]
 	DeliveryJitter          api.Nullable[float64]
 	RetryPolicy             api.Nullable[RetryPolicy]
+	SubscriptionApproval    api.Nullable[Approval]
 	Status                  api.Nullable[Status]
 }
 
@@ -134,6 +135,16 @@ func (p RoomPatch) apply(r *Room, creating bool) error {
 		r.MessageExpiration = v
 	}
 	p.delivery().applyTo(r, &probs)
+	if p.SubscriptionApproval.Set && notNull("subscriptionApproval", p.SubscriptionApproval.Null) {
+		switch a := p.SubscriptionApproval.Value; a {
+		case ApprovalAutomatic, ApprovalManual:
+			// Switching to AUTOMATIC leaves PENDING subscriptions pending:
+			// each still needs its own decision.
+			r.SubscriptionApproval = a
+		default:
+			probs.Add("subscriptionApproval", "must be AUTOMATIC or MANUAL")
+		}
+	}
 	if p.Status.Set && notNull("status", p.Status.Null) {
 		switch s := p.Status.Value; {
 		case creating && s != StatusActive:
@@ -164,6 +175,7 @@ func NewRoomDefaults() Room {
 		DeliveryDelay:           DefaultDeliveryDelay,
 		DeliveryDelayMultiplier: DefaultDeliveryDelayMultiplier,
 		DeliveryAttempts:        DefaultDeliveryAttempts,
+		SubscriptionApproval:    ApprovalAutomatic,
 		Status:                  StatusActive,
 	}
 }

@@ -28,10 +28,11 @@ type migration struct {
 }
 
 // dialectTypes fills the placeholders of the shared migration files; a line
-// starting with {{postgres}} runs on PostgreSQL only.
+// starting with {{postgres}} runs on PostgreSQL only. {{json}} is a JSON
+// document: PostgreSQL checks and stores it as JSONB, SQLite as text.
 var dialectTypes = map[Dialect]*strings.Replacer{
-	Postgres: strings.NewReplacer("{{uuid}}", "UUID", "{{timestamp}}", "TIMESTAMPTZ", "{{postgres}}", ""),
-	SQLite:   strings.NewReplacer("{{uuid}}", "TEXT", "{{timestamp}}", "DATETIME", "{{postgres}}", "-- "),
+	Postgres: strings.NewReplacer("{{uuid}}", "UUID", "{{timestamp}}", "TIMESTAMPTZ", "{{json}}", "JSONB", "{{postgres}}", ""),
+	SQLite:   strings.NewReplacer("{{uuid}}", "TEXT", "{{timestamp}}", "DATETIME", "{{json}}", "TEXT", "{{postgres}}", "-- "),
 }
 
 func loadMigrations(d Dialect) ([]migration, error) {

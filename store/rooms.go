@@ -32,6 +32,7 @@ type roomRow struct {
 	MaxDeliveryDelay        int64
 	DeliveryJitter          float64
 	RetryPolicy             *string
+	SubscriptionApproval    string
 	Status                  string
 	CreatedAt               time.Time `gorm:"autoCreateTime:false"`
 	UpdatedAt               time.Time `gorm:"autoUpdateTime:false"`
@@ -40,12 +41,16 @@ type roomRow struct {
 func (roomRow) TableName() string { return "rooms" }
 
 func toRoomRow(r rooms.Room) roomRow {
+	if r.SubscriptionApproval == "" {
+		r.SubscriptionApproval = rooms.ApprovalAutomatic
+	}
 	return roomRow{
 		ID: r.ID, Identifier: r.Identifier, ManagerIdentifier: r.ManagerIdentifier,
 		MessageExpiration: r.MessageExpiration, DeliveryDelay: r.DeliveryDelay,
 		DeliveryDelayMultiplier: r.DeliveryDelayMultiplier, DeliveryAttempts: r.DeliveryAttempts,
 		MaxDeliveryDelay: r.MaxDeliveryDelay, DeliveryJitter: r.DeliveryJitter, RetryPolicy: policyText(r.RetryPolicy),
-		Status: string(r.Status), CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
+		SubscriptionApproval: string(r.SubscriptionApproval),
+		Status:               string(r.Status), CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}
 }
 
@@ -76,7 +81,8 @@ func (r roomRow) domain() rooms.Room {
 		MessageExpiration: r.MessageExpiration, DeliveryDelay: r.DeliveryDelay,
 		DeliveryDelayMultiplier: r.DeliveryDelayMultiplier, DeliveryAttempts: r.DeliveryAttempts,
 		MaxDeliveryDelay: r.MaxDeliveryDelay, DeliveryJitter: r.DeliveryJitter, RetryPolicy: policyOf(r.RetryPolicy),
-		Status: rooms.Status(r.Status), CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
+		SubscriptionApproval: rooms.Approval(r.SubscriptionApproval),
+		Status:               rooms.Status(r.Status), CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 	}
 }
 

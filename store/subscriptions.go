@@ -40,8 +40,13 @@ type subscriptionRow struct {
 	PreviousSigningSecret   string
 	PreviousSecretExpiresAt *time.Time
 	Owner                   string
-	CreatedAt               time.Time `gorm:"autoCreateTime:false"`
-	UpdatedAt               time.Time `gorm:"autoUpdateTime:false"`
+	// AttributeFilter is the filter's canonical JSON (JSONB on PostgreSQL).
+	AttributeFilter *string
+	DecidedBy       string
+	DecidedAt       *time.Time
+	RejectionReason string
+	CreatedAt       time.Time `gorm:"autoCreateTime:false"`
+	UpdatedAt       time.Time `gorm:"autoUpdateTime:false"`
 }
 
 func (subscriptionRow) TableName() string { return "subscriptions" }
@@ -72,9 +77,19 @@ func toSubscriptionRow(s subscriptions.Subscription) subscriptionRow {
 		AckDeadline:   s.AckDeadline.Milliseconds(),
 		SigningSecret: s.SigningSecret, PreviousSigningSecret: s.PreviousSecret,
 		PreviousSecretExpiresAt: timePtr(s.PreviousSecretExpiresAt),
-		Owner:                   s.Owner,
-		CreatedAt:               s.CreatedAt, UpdatedAt: s.UpdatedAt,
+		Owner:                   s.Owner, AttributeFilter: filterText(s.AttributeFilter),
+		DecidedBy: s.DecidedBy, DecidedAt: timePtr(s.DecidedAt), RejectionReason: s.RejectionReason,
+		CreatedAt: s.CreatedAt, UpdatedAt: s.UpdatedAt,
 	}
+}
+
+// filterText is the stored form of an attribute filter (NULL for none).
+func filterText(f *subscriptions.AttributeFilter) *string {
+	if f == nil {
+		return nil
+	}
+	t := f.Text()
+	return &t
 }
 
 func toFilterRows(s subscriptions.Subscription) []filterRow {
@@ -216,10 +231,20 @@ func (s *Subscriptions) withFilters(ctx context.Context, rows []subscriptionRow)
 			AckDeadline:   time.Duration(r.AckDeadline) * time.Millisecond,
 			SigningSecret: r.SigningSecret, PreviousSecret: r.PreviousSigningSecret,
 			PreviousSecretExpiresAt: timeVal(r.PreviousSecretExpiresAt),
-			CreatedAt:               r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
+			// Compiled here, once per load, not per event routed.
+			AttributeFilter: subscriptions.LoadAttributeFilter(strVal(r.AttributeFilter)),
+			DecidedBy:       r.DecidedBy, DecidedAt: timeVal(r.DecidedAt), RejectionReason: r.RejectionReason,
+			CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 		}
 	}
 	return out, nil
+}
+
+func strVal(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }
 
 // UpdateSubscription implements subscriptions.Store.
@@ -232,19 +257,54 @@ func (s *Subscriptions) UpdateSubscription(ctx context.Context, sub subscription
 		if err != nil {
 			return err
 		}
-		res := tx.Model(&subscriptionRow{}).Where("room_id = ? AND id = ?", sub.RoomID, sub.ID).
-			Select("*").Omit("id", "room_id", "type", "created_at", "signing_secret", "previous_signing_secret", "previous_secret_expires_at").Updates(&row)
+		q := tx.Model(&subscriptionRow{}).Where("room_id = ? AND id = ?", sub.RoomID, sub.ID)
+		if sub.Status == subscriptions.StatusPending {
+			// A change to a PENDING subscription must not undo its
+			// approval or rejection committed meanwhile.
+			q = q.Where("status = ?", string(subscriptions.StatusPending))
+		}
+		res := q.Select("*").Omit("id", "room_id", "type", "created_at", "signing_secret", "previous_signing_secret",
+			"previous_secret_expires_at", "decided_by", "decided_at", "rejection_reason").Updates(&row)
 		if res.Error != nil {
 			return res.Error
 		}
 		if res.RowsAffected == 0 {
-			return gorm.ErrRecordNotFound
+			return s.missingOrDecided(tx, sub)
 		}
 		if err := tx.Where("subscription_id = ?", sub.ID).Delete(&filterRow{}).Error; err != nil {
 			return err
 		}
 		return tx.Create(toFilterRows(sub)).Error
 	})
+	return translate(err, subscriptions.ErrNotFound, nil)
+}
+
+// missingOrDecided tells why a write of sub guarded by its PENDING status
+// changed no row.
+func (s *Subscriptions) missingOrDecided(tx *gorm.DB, sub subscriptions.Subscription) error {
+	var n int64
+	if err := tx.Model(&subscriptionRow{}).Where("room_id = ? AND id = ?", sub.RoomID, sub.ID).Count(&n).Error; err != nil {
+		return err
+	}
+	if n == 0 {
+		return gorm.ErrRecordNotFound
+	}
+	return subscriptions.ErrDecided
+}
+
+// Decide implements subscriptions.Store.
+func (s *Subscriptions) Decide(ctx context.Context, sub subscriptions.Subscription) error {
+	tx := s.tx(ctx)
+	res := tx.Model(&subscriptionRow{}).
+		Where("room_id = ? AND id = ? AND status = ?", sub.RoomID, sub.ID, string(subscriptions.StatusPending)).
+		Updates(map[string]any{
+			"status": string(sub.Status), "decided_by": sub.DecidedBy, "decided_at": timePtr(sub.DecidedAt),
+			"rejection_reason": sub.RejectionReason, "updated_at": sub.UpdatedAt,
+		})
+	err := res.Error
+	if err == nil && res.RowsAffected == 0 {
+		err = s.missingOrDecided(tx, sub)
+	}
 	return translate(err, subscriptions.ErrNotFound, nil)
 }
 
@@ -333,6 +393,7 @@ func dropOwedCopies(tx *gorm.DB, dialect Dialect, id uuid.UUID, byRoom bool) err
 // CountSubscriptions implements subscriptions.Store.
 func (s *Subscriptions) CountSubscriptions(ctx context.Context, roomID uuid.UUID) (int, error) {
 	var n int64
-	err := s.tx(ctx).Model(&subscriptionRow{}).Where("room_id = ? AND status <> ?", roomID, string(subscriptions.StatusTerminated)).Count(&n).Error
+	err := s.tx(ctx).Model(&subscriptionRow{}).Where("room_id = ? AND status NOT IN ?", roomID,
+		[]string{string(subscriptions.StatusTerminated), string(subscriptions.StatusRejected)}).Count(&n).Error
 	return int(n), translate(err, nil, nil)
 }

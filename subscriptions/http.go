@@ -1,6 +1,7 @@
 package subscriptions
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"time"
@@ -25,9 +26,15 @@ func Routes(g *echo.Group, s *Service) {
 	auth.Handle(g, http.MethodPatch, "/rooms/:roomId/subscriptions/:subscriptionId", h.update, one)
 	auth.Handle(g, http.MethodDelete, "/rooms/:roomId/subscriptions/:subscriptionId", h.delete, one)
 	auth.Handle(g, http.MethodPost, "/rooms/:roomId/subscriptions/:subscriptionId/secret\\:rotate", h.rotate, one)
-	// POST …/{subscriptionId}:test, a custom method: echo routes no literal
-	// after a parameter (see api.Verbs).
-	auth.Handle(g, http.MethodPost, "/rooms/:roomId/subscriptions/:subscriptionId", h.test, one, api.Verbs("subscriptionId", "test"))
+	// Custom methods, POST …/{subscriptionId}:verb: a test event is for
+	// whoever uses the subscription; approving or rejecting it, for the
+	// room's manager.
+	decide := auth.InRoom(api.RoleManager)
+	auth.HandleVerbs(g, "/rooms/:roomId/subscriptions/:subscriptionId", "subscriptionId",
+		auth.Verb{Name: "approve", Handler: h.approve, Rule: decide},
+		auth.Verb{Name: "reject", Handler: h.reject, Rule: decide},
+		auth.Verb{Name: "test", Handler: h.test, Rule: one},
+	)
 }
 
 type handlers struct{ s *Service }
@@ -37,6 +44,7 @@ type request struct {
 	PushURL                 api.Nullable[string]            `json:"pushUrl"`
 	PushAuth                api.Nullable[PushAuthInput]     `json:"pushAuth"`
 	EventTypes              api.Nullable[[]FilterInput]     `json:"eventTypes"`
+	AttributeFilter         api.Nullable[json.RawMessage]   `json:"attributeFilter"`
 	DeliveryDelay           api.Nullable[int64]             `json:"deliveryDelay"`
 	DeliveryDelayMultiplier api.Nullable[float64]           `json:"deliveryDelayMultiplier"`
 	DeliveryAttempts        api.Nullable[int]               `json:"deliveryAttempts"`
@@ -57,6 +65,7 @@ type Response struct {
 	PushAuth                *PushAuthResponse  `json:"pushAuth"`
 	Destination             *string            `json:"destination"`
 	EventTypes              []FilterInput      `json:"eventTypes"`
+	AttributeFilter         json.RawMessage    `json:"attributeFilter"`
 	DeliveryDelay           *int64             `json:"deliveryDelay"`
 	DeliveryDelayMultiplier *float64           `json:"deliveryDelayMultiplier"`
 	DeliveryAttempts        *int               `json:"deliveryAttempts"`
@@ -65,7 +74,12 @@ type Response struct {
 	RetryPolicy             *rooms.RetryPolicy `json:"retryPolicy"`
 	AckDeadline             int64              `json:"ackDeadline"`
 	Status                  Status             `json:"status"`
-	Owner                   *string            `json:"owner"`
+	// DecidedBy, DecidedAt and RejectionReason say who approved or
+	// rejected a subscription that was PENDING, when, and why a rejection.
+	DecidedBy       *string    `json:"decidedBy"`
+	DecidedAt       *time.Time `json:"decidedAt"`
+	RejectionReason *string    `json:"rejectionReason"`
+	Owner           *string    `json:"owner"`
 	// SigningSecret is shown only when it is made: at creation and rotation.
 	SigningSecret string    `json:"signingSecret,omitempty"`
 	CreatedAt     time.Time `json:"createdAt"`
@@ -108,10 +122,15 @@ func toResponse(s Subscription) Response {
 		CreatedAt:               s.CreatedAt,
 		UpdatedAt:               s.UpdatedAt,
 	}
-	if s.Owner != "" {
-		o := s.Owner
-		r.Owner = &o
+	r.Owner = optional(s.Owner)
+	if s.AttributeFilter != nil {
+		r.AttributeFilter = json.RawMessage(s.AttributeFilter.Text())
 	}
+	if !s.DecidedAt.IsZero() {
+		at := s.DecidedAt
+		r.DecidedAt, r.DecidedBy = &at, optional(s.DecidedBy)
+	}
+	r.RejectionReason = optional(s.RejectionReason)
 	for i, f := range s.EventTypes {
 		r.EventTypes[i] = FilterInput{EventType: f.EventType, Versions: f.Versions}
 	}
@@ -123,6 +142,14 @@ func toResponse(s Subscription) Response {
 		r.Destination = &d
 	}
 	return r
+}
+
+// optional is nil for "".
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
 func (h handlers) create(c echo.Context) error {
@@ -152,7 +179,7 @@ func (h handlers) list(c echo.Context) error {
 		probs.Add("type", "must be PUSH or PULL")
 	}
 	if q.Status != "" && !q.Status.valid() {
-		probs.Add("status", "must be ACTIVE, PAUSED or TERMINATED")
+		probs.Add("status", "must be ACTIVE, PAUSED, TERMINATED, PENDING or REJECTED")
 	}
 	if err := probs.Err(); err != nil {
 		return err
@@ -255,6 +282,35 @@ func (h handlers) test(c echo.Context) error {
 		r.Error = &res.Error
 	}
 	return c.JSON(http.StatusOK, r)
+}
+
+type rejectRequest struct {
+	Reason string `json:"reason"`
+}
+
+// approve answers POST …/subscriptions/{id}:approve.
+func (h handlers) approve(c echo.Context) error {
+	if err := api.DecodeOptional(c, &struct{}{}); err != nil {
+		return err
+	}
+	s, err := h.s.Approve(c.Request().Context(), c.Param("roomId"), c.Param("subscriptionId"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toResponse(s))
+}
+
+// reject answers POST …/subscriptions/{id}:reject.
+func (h handlers) reject(c echo.Context) error {
+	var req rejectRequest
+	if err := api.Decode(c, &req); err != nil {
+		return err
+	}
+	s, err := h.s.Reject(c.Request().Context(), c.Param("roomId"), c.Param("subscriptionId"), req.Reason)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toResponse(s))
 }
 
 // noStore keeps an answer that carries a signing secret out of every cache

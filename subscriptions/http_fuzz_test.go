@@ -33,7 +33,8 @@ var (
 // FuzzSubscriptionRequest drives POST and PATCH of PUSH and PULL
 // subscriptions with any body: never a 500 or a panic; a rejection is a
 // problem naming fields; an accepted subscription keeps every setting in
-// range and its retry schedule finite, with delays from 0 to a week.
+// range, its retry schedule finite, with delays from 0 to a week, and its
+// attribute filter in a form that loads as itself.
 func FuzzSubscriptionRequest(f *testing.F) {
 	for _, s := range []string{
 		`{"type":"PUSH","pushUrl":"https://example.com/hook","eventTypes":[{"eventType":"order.created"}]}`,
@@ -59,6 +60,12 @@ func FuzzSubscriptionRequest(f *testing.F) {
 		`{"pushAuth":{"type":"headers","headers":{"X-A":" v ","X-B":"\u0000","Webhook-Id":"x","X-Attr-A":"1"}}}`,
 		`{"type":"PULL","eventTypes":[{"eventType":"order.created"}],"pushAuth":{"type":"bearer","token":"t"}}`,
 		`{"type":"PUSH","pushUrl":"https://example.com/h","eventTypes":[{"eventType":"order.created"}],"pushAuth":{"type":"bearer","token":"t"}}`,
+		`{"attributeFilter":{"region":["eu","us"],"priority":[{"numeric":[">=",5]}],"source":[{"prefix":"web-"}],"traceId":[{"exists":true}],"tier":[{"anything-but":["free"]}]}}`,
+		`{"attributeFilter":{"priority":[{"numeric":[">",0,"<=",5]}]}}`, `{"attributeFilter":{"priority":[{"numeric":[">=","5"]}]}}`,
+		`{"attributeFilter":{"p":[{"numeric":[">",5,"<",1]}],"t":[{"anything-but":{"prefix":""}}]}}`, `{"attributeFilter":{"t":[5,null,[],{}]}}`,
+		`{"attributeFilter":{}}`, `{"attributeFilter":null}`, `{"attributeFilter":[]}`, `{"attributeFilter":{"1a":["x"],"a/b":"x"}}`,
+		`{"attributeFilter":{"a":["1"],"b":["1"],"c":["1"],"d":["1"],"e":["1"],"f":["1"]}}`,
+		`{"attributeFilter":{"a":[` + strings.Repeat(`"x",`, 150) + `"x"]}}`,
 	} {
 		for mode := uint8(0); mode < 3; mode++ {
 			f.Add([]byte(s), mode)
@@ -119,6 +126,12 @@ func checkSubscription(t *testing.T, room rooms.Room, s subscriptions.Subscripti
 		}
 	}
 	checkPushAuth(t, s)
+	if s.AttributeFilter != nil {
+		// What the store keeps loads as the same filter.
+		if text := s.AttributeFilter.Text(); subscriptions.LoadAttributeFilter(text).Text() != text || !json.Valid([]byte(text)) {
+			t.Fatalf("attribute filter %s does not load as itself", text)
+		}
+	}
 	policy := retry.For(room, s)
 	if n := policy.MaxAttempts(); n < 1 || n > rooms.MaxTotalAttempts {
 		t.Fatalf("subscription %+v allows %d attempts", s, n)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -25,6 +26,8 @@ const (
 	maxFilterVersions = 100  // versions of one event type
 	maxVersions       = 1000 // versions over all the event types
 	maxPushURLSize    = 2048
+	// MaxRejectionReason bounds the reason of a rejection, in bytes.
+	MaxRejectionReason = 1000
 )
 
 // Ack deadline bounds of PULL subscriptions.
@@ -105,6 +108,7 @@ type Patch struct {
 	PushURL                 api.Nullable[string]
 	PushAuth                api.Nullable[PushAuthInput]
 	EventTypes              api.Nullable[[]FilterInput]
+	AttributeFilter         api.Nullable[json.RawMessage]
 	DeliveryDelay           api.Nullable[int64]
 	DeliveryDelayMultiplier api.Nullable[float64]
 	DeliveryAttempts        api.Nullable[int]
@@ -192,6 +196,13 @@ func (svc *Service) apply(ctx context.Context, room rooms.Room, s *Subscription,
 		}
 	}
 
+	if p.AttributeFilter.Set {
+		s.AttributeFilter = nil
+		if !p.AttributeFilter.Null {
+			s.AttributeFilter = ParseAttributeFilter(p.AttributeFilter.Value, &probs)
+		}
+	}
+
 	p.delivery().Validate(rooms.OnSubscription, &probs)
 	if p.DeliveryDelay.Set {
 		s.DeliveryDelay = p.DeliveryDelay.Ptr()
@@ -225,8 +236,8 @@ func (svc *Service) apply(ctx context.Context, room rooms.Room, s *Subscription,
 		switch {
 		case p.Status.Null:
 			probs.Add("status", "must not be null")
-		case !p.Status.Value.valid():
-			probs.Add("status", "must be ACTIVE, PAUSED or TERMINATED")
+		case !p.Status.Value.settable():
+			probs.Add("status", "must be ACTIVE, PAUSED or TERMINATED (PENDING and REJECTED come from the room manager's decision)")
 		case creating && p.Status.Value == StatusTerminated:
 			probs.Add("status", "must be ACTIVE or PAUSED at creation")
 		default:
@@ -381,6 +392,12 @@ func (svc *Service) Create(ctx context.Context, roomRef string, p Patch) (Subscr
 	if err := svc.apply(ctx, room, &s, p, true); err != nil {
 		return Subscription{}, err
 	}
+	if needsApproval(ctx, room) {
+		if s.Status != StatusActive {
+			return Subscription{}, api.Invalid("status", fmt.Sprintf("must be ACTIVE or absent: room %q approves its subscriptions (subscriptionApproval MANUAL), so this one starts PENDING and becomes ACTIVE once approved", room.Identifier))
+		}
+		s.Status = StatusPending
+	}
 	if svc.maxPerRoom > 0 {
 		n, err := svc.store.CountSubscriptions(ctx, room.ID)
 		if err != nil {
@@ -394,9 +411,11 @@ func (svc *Service) Create(ctx context.Context, roomRef string, p Patch) (Subscr
 	if s.Type == TypePush {
 		s.SigningSecret = NewSecret()
 	}
-	if s.Type == TypePull {
-		if err := svc.queues.EnsureQueue(ctx, s.Queue()); err != nil {
-			return Subscription{}, fmt.Errorf("create queue %s: %w: %w", s.Queue(), err, api.ErrUnavailable)
+	if s.Type == TypePull && s.Status != StatusPending {
+		// A PENDING subscription gets its queue on approval: one that is
+		// rejected never had one, and nothing is routed to it before.
+		if err := svc.ensureQueue(ctx, s); err != nil {
+			return Subscription{}, err
 		}
 	}
 	if err := svc.store.CreateSubscription(ctx, s); err != nil {
@@ -404,6 +423,21 @@ func (svc *Service) Create(ctx context.Context, roomRef string, p Patch) (Subscr
 	}
 	svc.changed(s.RoomID)
 	return s, nil
+}
+
+// ensureQueue creates the broker queue of PULL subscription s.
+func (svc *Service) ensureQueue(ctx context.Context, s Subscription) error {
+	if err := svc.queues.EnsureQueue(ctx, s.Queue()); err != nil {
+		return fmt.Errorf("create queue %s: %w: %w", s.Queue(), err, api.ErrUnavailable)
+	}
+	return nil
+}
+
+// needsApproval reports whether a subscription the caller creates in room
+// starts PENDING: the room approves its subscriptions and the caller does
+// not manage it (nor is an admin, nor is authentication off).
+func needsApproval(ctx context.Context, room rooms.Room) bool {
+	return room.SubscriptionApproval == rooms.ApprovalManual && !api.CallerFrom(ctx).Manages(room.ManagerIdentifier)
 }
 
 // Get finds a subscription of the room roomRef names.
@@ -446,8 +480,11 @@ func (svc *Service) Update(ctx context.Context, roomRef, id string, p Patch) (Su
 	if err != nil {
 		return Subscription{}, err
 	}
-	if s.Status == StatusTerminated {
-		return Subscription{}, ErrTerminated
+	if err := changeable(s); err != nil {
+		return Subscription{}, err
+	}
+	if s.Status == StatusPending && p.Status.Set && (p.Status.Value == StatusActive || p.Status.Value == StatusPaused) {
+		return Subscription{}, ErrPending
 	}
 	if err := applyOwner(ctx, &s, p.Owner); err != nil {
 		return Subscription{}, err
@@ -461,6 +498,87 @@ func (svc *Service) Update(ctx context.Context, roomRef, id string, p Patch) (Su
 	}
 	svc.changed(s.RoomID)
 	return s, nil
+}
+
+// changeable refuses a change to a subscription in a final status.
+func changeable(s Subscription) error {
+	switch s.Status {
+	case StatusTerminated:
+		return ErrTerminated
+	case StatusRejected:
+		return ErrRejected
+	}
+	return nil
+}
+
+// Approve makes a PENDING subscription ACTIVE, creating a PULL
+// subscription's queue first (503 and still PENDING if the broker cannot
+// be reached).
+func (svc *Service) Approve(ctx context.Context, roomRef, id string) (Subscription, error) {
+	_, s, err := svc.Get(ctx, roomRef, id)
+	if err != nil {
+		return Subscription{}, err
+	}
+	if err := decidable(s); err != nil {
+		return Subscription{}, err
+	}
+	if s.Type == TypePull {
+		if err := svc.ensureQueue(ctx, s); err != nil {
+			return Subscription{}, err
+		}
+	}
+	return svc.decide(ctx, s, StatusActive, "")
+}
+
+// Reject makes a PENDING subscription REJECTED, which is final, for reason.
+func (svc *Service) Reject(ctx context.Context, roomRef, id, reason string) (Subscription, error) {
+	reason = strings.TrimSpace(reason)
+	if reason == "" || len(reason) > MaxRejectionReason {
+		return Subscription{}, api.Invalid("reason", fmt.Sprintf("is required: 1 to %d bytes saying why, which the subscriber reads", MaxRejectionReason))
+	}
+	_, s, err := svc.Get(ctx, roomRef, id)
+	if err != nil {
+		return Subscription{}, err
+	}
+	if err := decidable(s); err != nil {
+		return Subscription{}, err
+	}
+	return svc.decide(ctx, s, StatusRejected, reason)
+}
+
+// decide stores the decision on s, who made it and when.
+func (svc *Service) decide(ctx context.Context, s Subscription, status Status, reason string) (Subscription, error) {
+	now := svc.now().UTC()
+	s.Status, s.RejectionReason, s.DecidedAt, s.UpdatedAt = status, reason, now, now
+	s.DecidedBy = ""
+	if c := api.CallerFrom(ctx); c != nil {
+		// A manager always has a subject; an admin key may not.
+		s.DecidedBy = c.Subject
+		if s.DecidedBy == "" {
+			s.DecidedBy = c.KeyID.String()
+		}
+	}
+	if err := svc.store.Decide(ctx, s); err != nil {
+		return Subscription{}, err
+	}
+	svc.changed(s.RoomID)
+	return s, nil
+}
+
+// decidable refuses to decide on a subscription that is not PENDING, saying
+// what it is.
+func decidable(s Subscription) error {
+	if s.Status == StatusPending {
+		return nil
+	}
+	was := ""
+	switch {
+	case s.Status == StatusRejected:
+		was = fmt.Sprintf(" (rejected by %q at %s)", s.DecidedBy, s.DecidedAt.Format(time.RFC3339))
+	case !s.DecidedAt.IsZero():
+		was = fmt.Sprintf(" (approved by %q at %s)", s.DecidedBy, s.DecidedAt.Format(time.RFC3339))
+	}
+	return fmt.Errorf("the subscription is %s%s, not PENDING: only a PENDING subscription is approved or rejected: %w", s.Status, was, api.ErrConflict)
 }
 
 // Delete deletes a subscription and, for PULL, its queue and the messages in it.
@@ -525,8 +643,8 @@ func (svc *Service) RotateSecret(ctx context.Context, roomRef, id string, grace 
 	if s.Type != TypePush {
 		return Subscription{}, ErrNotPush
 	}
-	if s.Status == StatusTerminated {
-		return Subscription{}, ErrTerminated
+	if err := changeable(s); err != nil {
+		return Subscription{}, err
 	}
 	now := svc.now().UTC()
 	s.PreviousSecret, s.PreviousSecretExpiresAt = s.SigningSecret, now.Add(grace)

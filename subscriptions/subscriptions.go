@@ -1,6 +1,7 @@
 // Package subscriptions owns PUSH and PULL subscriptions of a room: which event
-// types and versions each receives, its delivery overrides, its status, the
-// broker queue of a PULL subscription, and the HTTP handlers that manage them.
+// types and versions each receives and its attribute filter, its delivery
+// overrides, its status and its approval by the room's manager, the broker
+// queue of a PULL subscription, and the HTTP handlers that manage them.
 package subscriptions
 
 import (
@@ -21,6 +22,11 @@ var (
 	ErrNotFound   = fmt.Errorf("subscription %w", api.ErrNotFound)
 	ErrTerminated = fmt.Errorf("the subscription is TERMINATED, which is final: %w", api.ErrConflict)
 	ErrNotPush    = fmt.Errorf("only PUSH subscriptions have a signing secret: %w", api.ErrConflict)
+	ErrPending    = fmt.Errorf("the subscription is PENDING: it receives nothing until the room's manager approves it (POST …/subscriptions/{id}:approve): %w", api.ErrConflict)
+	ErrRejected   = fmt.Errorf("the subscription was REJECTED by the room's manager, which is final: create another one: %w", api.ErrConflict)
+	// ErrDecided: an approval or rejection of a subscription that another
+	// one decided meanwhile.
+	ErrDecided = fmt.Errorf("the subscription was approved or rejected meanwhile: %w", api.ErrConflict)
 )
 
 // Type says how messages reach the subscriber.
@@ -34,18 +40,28 @@ const (
 // valid reports whether t is PUSH or PULL.
 func (t Type) valid() bool { return t == TypePush || t == TypePull }
 
-// Status of a subscription. PAUSED holds messages; TERMINATED is final and
-// drops them.
+// Status of a subscription. Only an ACTIVE one receives new events. PAUSED
+// holds the messages it already has; TERMINATED is final and drops them.
+// PENDING (awaiting the room manager's approval) and REJECTED (final) never
+// had any.
 type Status string
 
 const (
 	StatusActive     Status = "ACTIVE"
 	StatusPaused     Status = "PAUSED"
 	StatusTerminated Status = "TERMINATED"
+	StatusPending    Status = "PENDING"
+	StatusRejected   Status = "REJECTED"
 )
 
 // valid reports whether s is one of the statuses.
-func (s Status) valid() bool { return s == StatusActive || s == StatusPaused || s == StatusTerminated }
+func (s Status) valid() bool { return s.settable() || s == StatusPending || s == StatusRejected }
+
+// settable reports whether a request may set s; PENDING and REJECTED come
+// only from the approval.
+func (s Status) settable() bool {
+	return s == StatusActive || s == StatusPaused || s == StatusTerminated
+}
 
 // Filter selects one event type and, when Versions is not empty, only those
 // versions of it.
@@ -70,6 +86,9 @@ type Subscription struct {
 	// only; nil for none).
 	PushAuth   *PushAuth
 	EventTypes []Filter
+	// AttributeFilter selects among those events by their attributes; nil
+	// selects them all.
+	AttributeFilter *AttributeFilter
 	// Overrides of the room's delivery defaults; nil uses the room's.
 	DeliveryDelay           *int64
 	DeliveryDelayMultiplier *float64
@@ -82,6 +101,12 @@ type Subscription struct {
 	// delivered again (PULL only).
 	AckDeadline time.Duration
 	Status      Status
+	// DecidedBy and DecidedAt say who approved or rejected a subscription
+	// that was PENDING, and when ("" and zero: it never was);
+	// RejectionReason says why it was rejected.
+	DecidedBy       string
+	DecidedAt       time.Time
+	RejectionReason string
 	// Owner is the subject of the subscriber key that owns the subscription
 	// ("" for none): that key may use it, other subscriber keys never see it.
 	Owner string
@@ -113,7 +138,8 @@ func QueueOf(roomID, id uuid.UUID) broker.Destination {
 	return broker.Destination{Address: rooms.Address(roomID), Queue: "subscription-" + id.String()}
 }
 
-// Matches reports whether the subscription receives an event of this type and version.
+// Matches reports whether the subscription's event type filters take an
+// event of this type and version.
 func (s Subscription) Matches(eventTypeID uuid.UUID, version int) bool {
 	for _, f := range s.EventTypes {
 		if f.Matches(eventTypeID, version) {
@@ -121,6 +147,15 @@ func (s Subscription) Matches(eventTypeID uuid.UUID, version int) bool {
 		}
 	}
 	return false
+}
+
+// Receives reports whether an event of this type, version and attributes
+// passes the subscription's filters (its status is the caller's to check:
+// publishing routes to ACTIVE subscriptions only). A pointer receiver: it is
+// called for every subscription of a room on every publish, and is too big
+// to inline, so a value receiver would copy the whole subscription each time.
+func (s *Subscription) Receives(eventTypeID uuid.UUID, version int, attrs map[string]string) bool {
+	return s.Matches(eventTypeID, version) && s.AttributeFilter.Matches(attrs)
 }
 
 // Query selects subscriptions of a room, ordered by id.
@@ -146,8 +181,13 @@ type Store interface {
 	UpdateSubscription(ctx context.Context, s Subscription) error
 	// UpdateSecrets saves s's signing secrets.
 	UpdateSecrets(ctx context.Context, s Subscription) error
+	// Decide saves s's status and decision (DecidedBy, DecidedAt,
+	// RejectionReason) if the stored subscription is still PENDING, else
+	// returns ErrDecided.
+	Decide(ctx context.Context, s Subscription) error
 	DeleteSubscription(ctx context.Context, roomID, id uuid.UUID) error
-	// CountSubscriptions counts the room's subscriptions that are not TERMINATED.
+	// CountSubscriptions counts the room's subscriptions that are not
+	// TERMINATED or REJECTED.
 	CountSubscriptions(ctx context.Context, roomID uuid.UUID) (int, error)
 }
 

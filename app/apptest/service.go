@@ -159,6 +159,14 @@ func waitReady(t *testing.T, base string, within time.Duration, logs func() stri
 type Client struct {
 	T    *testing.T
 	Base string
+	// Token, when set, is the API key every request carries.
+	Token string
+}
+
+// As is c sending the API key token.
+func (c Client) As(token string) Client {
+	c.Token = token
+	return c
 }
 
 // Send sends a request (a JSON body unless empty) and returns the status
@@ -168,6 +176,9 @@ func (c Client) Send(method, path, body string) (int, []byte) {
 	h := map[string]string{}
 	if body != "" {
 		h["Content-Type"] = "application/json"
+	}
+	if c.Token != "" {
+		h["Authorization"] = "Bearer " + c.Token
 	}
 	r := send(c.T, c.Base, method, path, []byte(body), h)
 	return r.Status, r.Body
