@@ -60,6 +60,7 @@ var routeAccess = map[string]string{
 	"PATCH /v1/rooms/:roomId/subscriptions/:subscriptionId":                             "ams",
 	"DELETE /v1/rooms/:roomId/subscriptions/:subscriptionId":                            "ams",
 	"POST /v1/rooms/:roomId/subscriptions/:subscriptionId/secret\\:rotate":              "ams",
+	"POST /v1/rooms/:roomId/subscriptions/:subscriptionId/circuit\\:reset":              "ams",
 	"GET /v1/rooms/:roomId/subscriptions/:subscriptionId/retry-schedule":                "ams",
 	"GET /v1/rooms/:roomId/subscriptions/:subscriptionId/deliveries":                    "ams",
 	"GET /v1/rooms/:roomId/subscriptions/:subscriptionId/dead-letters":                  "ams",

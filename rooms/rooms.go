@@ -57,10 +57,17 @@ type Room struct {
 	// RetryPolicy, when set, replaces the exponential backoff retry with the
 	// four-phase policy.
 	RetryPolicy *RetryPolicy
-	Status      Status
-	CreatedAt   time.Time
-	UpdatedAt   time.Time
+	// CircuitBreaker is the room's circuit breaker as given (nil: the
+	// defaults); Breaker resolves it.
+	CircuitBreaker *CircuitBreaker
+	Status         Status
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
 }
+
+// Breaker is the circuit breaker the room's PUSH subscriptions have unless
+// they override it.
+func (r Room) Breaker() Breaker { return r.CircuitBreaker.Over(DefaultBreaker) }
 
 // Address is the room's broker address.
 func (r Room) Address() string { return Address(r.ID) }

@@ -93,6 +93,7 @@ type RoomPatch struct {
 	MaxDeliveryDelay        api.Nullable[int64]
 	DeliveryJitter          api.Nullable[float64]
 	RetryPolicy             api.Nullable[RetryPolicy]
+	CircuitBreaker          api.Nullable[CircuitBreaker]
 	Status                  api.Nullable[Status]
 }
 
@@ -154,7 +155,7 @@ func (p RoomPatch) delivery() DeliveryPatch {
 	return DeliveryPatch{
 		DeliveryDelay: p.DeliveryDelay, DeliveryDelayMultiplier: p.DeliveryDelayMultiplier,
 		DeliveryAttempts: p.DeliveryAttempts, MaxDeliveryDelay: p.MaxDeliveryDelay,
-		DeliveryJitter: p.DeliveryJitter, RetryPolicy: p.RetryPolicy,
+		DeliveryJitter: p.DeliveryJitter, RetryPolicy: p.RetryPolicy, CircuitBreaker: p.CircuitBreaker,
 	}
 }
 

@@ -25,42 +25,48 @@ func Routes(g *echo.Group, s *Service) {
 	auth.Handle(g, http.MethodPatch, "/rooms/:roomId/subscriptions/:subscriptionId", h.update, one)
 	auth.Handle(g, http.MethodDelete, "/rooms/:roomId/subscriptions/:subscriptionId", h.delete, one)
 	auth.Handle(g, http.MethodPost, "/rooms/:roomId/subscriptions/:subscriptionId/secret\\:rotate", h.rotate, one)
+	auth.Handle(g, http.MethodPost, "/rooms/:roomId/subscriptions/:subscriptionId/circuit\\:reset", h.resetCircuit, one)
 }
 
 type handlers struct{ s *Service }
 
 type request struct {
-	Type                    api.Nullable[Type]              `json:"type"`
-	PushURL                 api.Nullable[string]            `json:"pushUrl"`
-	EventTypes              api.Nullable[[]FilterInput]     `json:"eventTypes"`
-	DeliveryDelay           api.Nullable[int64]             `json:"deliveryDelay"`
-	DeliveryDelayMultiplier api.Nullable[float64]           `json:"deliveryDelayMultiplier"`
-	DeliveryAttempts        api.Nullable[int]               `json:"deliveryAttempts"`
-	MaxDeliveryDelay        api.Nullable[int64]             `json:"maxDeliveryDelay"`
-	DeliveryJitter          api.Nullable[float64]           `json:"deliveryJitter"`
-	RetryPolicy             api.Nullable[rooms.RetryPolicy] `json:"retryPolicy"`
-	AckDeadline             api.Nullable[int64]             `json:"ackDeadline"`
-	Status                  api.Nullable[Status]            `json:"status"`
-	Owner                   api.Nullable[string]            `json:"owner"`
+	Type                    api.Nullable[Type]                 `json:"type"`
+	PushURL                 api.Nullable[string]               `json:"pushUrl"`
+	EventTypes              api.Nullable[[]FilterInput]        `json:"eventTypes"`
+	DeliveryDelay           api.Nullable[int64]                `json:"deliveryDelay"`
+	DeliveryDelayMultiplier api.Nullable[float64]              `json:"deliveryDelayMultiplier"`
+	DeliveryAttempts        api.Nullable[int]                  `json:"deliveryAttempts"`
+	MaxDeliveryDelay        api.Nullable[int64]                `json:"maxDeliveryDelay"`
+	DeliveryJitter          api.Nullable[float64]              `json:"deliveryJitter"`
+	RetryPolicy             api.Nullable[rooms.RetryPolicy]    `json:"retryPolicy"`
+	CircuitBreaker          api.Nullable[rooms.CircuitBreaker] `json:"circuitBreaker"`
+	MaxDeliveryRate         api.Nullable[float64]              `json:"maxDeliveryRate"`
+	AckDeadline             api.Nullable[int64]                `json:"ackDeadline"`
+	Status                  api.Nullable[Status]               `json:"status"`
+	Owner                   api.Nullable[string]               `json:"owner"`
 }
 
 // Response is a subscription as the API shows it.
 type Response struct {
-	ID                      string             `json:"id"`
-	RoomID                  string             `json:"roomId"`
-	Type                    Type               `json:"type"`
-	PushURL                 *string            `json:"pushUrl"`
-	Destination             *string            `json:"destination"`
-	EventTypes              []FilterInput      `json:"eventTypes"`
-	DeliveryDelay           *int64             `json:"deliveryDelay"`
-	DeliveryDelayMultiplier *float64           `json:"deliveryDelayMultiplier"`
-	DeliveryAttempts        *int               `json:"deliveryAttempts"`
-	MaxDeliveryDelay        *int64             `json:"maxDeliveryDelay"`
-	DeliveryJitter          *float64           `json:"deliveryJitter"`
-	RetryPolicy             *rooms.RetryPolicy `json:"retryPolicy"`
-	AckDeadline             int64              `json:"ackDeadline"`
-	Status                  Status             `json:"status"`
-	Owner                   *string            `json:"owner"`
+	ID                      string                `json:"id"`
+	RoomID                  string                `json:"roomId"`
+	Type                    Type                  `json:"type"`
+	PushURL                 *string               `json:"pushUrl"`
+	Destination             *string               `json:"destination"`
+	EventTypes              []FilterInput         `json:"eventTypes"`
+	DeliveryDelay           *int64                `json:"deliveryDelay"`
+	DeliveryDelayMultiplier *float64              `json:"deliveryDelayMultiplier"`
+	DeliveryAttempts        *int                  `json:"deliveryAttempts"`
+	MaxDeliveryDelay        *int64                `json:"maxDeliveryDelay"`
+	DeliveryJitter          *float64              `json:"deliveryJitter"`
+	RetryPolicy             *rooms.RetryPolicy    `json:"retryPolicy"`
+	CircuitBreaker          *rooms.CircuitBreaker `json:"circuitBreaker"`
+	MaxDeliveryRate         *float64              `json:"maxDeliveryRate"`
+	Circuit                 *CircuitResponse      `json:"circuit"`
+	AckDeadline             int64                 `json:"ackDeadline"`
+	Status                  Status                `json:"status"`
+	Owner                   *string               `json:"owner"`
 	// SigningSecret is shown only when it is made: at creation and rotation.
 	SigningSecret string    `json:"signingSecret,omitempty"`
 	CreatedAt     time.Time `json:"createdAt"`
@@ -79,6 +85,8 @@ func toResponse(s Subscription) Response {
 		MaxDeliveryDelay:        s.MaxDeliveryDelay,
 		DeliveryJitter:          s.DeliveryJitter,
 		RetryPolicy:             s.RetryPolicy,
+		CircuitBreaker:          s.CircuitBreaker,
+		MaxDeliveryRate:         s.MaxDeliveryRate,
 		AckDeadline:             s.AckDeadline.Milliseconds(),
 		Status:                  s.Status,
 		CreatedAt:               s.CreatedAt,
@@ -94,6 +102,7 @@ func toResponse(s Subscription) Response {
 	if s.Type == TypePush {
 		u := s.PushURL
 		r.PushURL = &u
+		r.Circuit = toCircuitResponse(s.Circuit)
 	} else {
 		d := s.Queue().FQQN()
 		r.Destination = &d
@@ -198,6 +207,41 @@ func (h handlers) rotate(c echo.Context) error {
 	r.SigningSecret = s.SigningSecret
 	noStore(c)
 	return c.JSON(http.StatusOK, r)
+}
+
+// CircuitResponse is where a PUSH subscription's circuit breaker stands.
+type CircuitResponse struct {
+	State          CircuitState `json:"state"`
+	OpenedAt       *time.Time   `json:"openedAt"`
+	LastError      *string      `json:"lastError"`
+	LastStatusCode *int         `json:"lastStatusCode"`
+	Cooldown       *int64       `json:"cooldown"`
+	NextProbeAt    *time.Time   `json:"nextProbeAt"`
+}
+
+func toCircuitResponse(c Circuit) *CircuitResponse {
+	if c.Closed() {
+		return &CircuitResponse{State: CircuitClosed}
+	}
+	opened, why, cooldown := c.OpenedAt, c.LastError, c.Cooldown.Milliseconds()
+	r := &CircuitResponse{State: c.State, OpenedAt: &opened, LastError: &why, Cooldown: &cooldown}
+	if c.LastStatusCode != 0 {
+		code := c.LastStatusCode
+		r.LastStatusCode = &code
+	}
+	if c.State == CircuitOpen {
+		at := c.ProbeAt
+		r.NextProbeAt = &at
+	}
+	return r
+}
+
+func (h handlers) resetCircuit(c echo.Context) error {
+	s, err := h.s.ResetCircuit(c.Request().Context(), c.Param("roomId"), c.Param("subscriptionId"))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toResponse(s))
 }
 
 // noStore keeps an answer that carries a signing secret out of every cache
