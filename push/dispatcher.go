@@ -176,6 +176,9 @@ type Deps struct {
 	// outbox relay's Notify, so that they go at once rather than at its next
 	// poll. Nil: nothing runs.
 	OnParkedReleased func()
+	// Circuits keeps the subscriptions' circuits for every dispatcher
+	// process (the store is one). Nil: no circuit breaker.
+	Circuits Circuits
 }
 
 // Dispatcher consumes the push queue and delivers to push URLs.
@@ -199,6 +202,7 @@ type Dispatcher struct {
 	gate     *gate
 	commit   *outbox.GroupCommit[delivery.Settlement]
 	parking  *outbox.Parking
+	breakers *breakers // nil: no circuit breaker
 }
 
 // New returns a Dispatcher; Run starts it.
@@ -216,6 +220,10 @@ func New(cfg Config, d Deps) *Dispatcher {
 	}
 	if p.obs == nil {
 		p.obs = nopObserver{}
+	}
+	if d.Circuits != nil {
+		// A probe holds the circuit for as long as its request may take.
+		p.breakers = newBreakers(d.Circuits, cfg.Timeout+probeMargin, d.Now, d.Logger, p.obs)
 	}
 	var all func(context.Context, []delivery.Settlement) error
 	if d.Batches != nil {
@@ -354,8 +362,9 @@ func (p *Dispatcher) deferSlow(ctx context.Context, sched *scheduler, j *job) {
 
 // Reasons a message is re-queued without an attempt.
 const (
-	deferPaused = "paused"
-	deferSlow   = "slow"
+	deferPaused  = "paused"
+	deferSlow    = "slow"
+	deferCircuit = "circuit" // the circuit is open or half-open
 )
 
 // decision is what one handling of a message settles: made once (the HTTP
@@ -363,7 +372,7 @@ const (
 type decision struct {
 	s        delivery.Settlement
 	outcome  string // "" for a deferral
-	deferred string // deferPaused or deferSlow
+	deferred string // deferPaused, deferSlow or deferCircuit
 	age      time.Duration
 	stored   bool // s is in the database; what is left is the resend and the ack
 }
@@ -483,6 +492,25 @@ func (p *Dispatcher) deliver(ctx context.Context, j *job) (decision, error) {
 		return p.requeue(j, delay, "held: the subscription is PAUSED", deferPaused), nil
 	}
 
+	// An open circuit holds the message; if its probe is due, this message
+	// tries to be it.
+	c := p.circuitOf(ctx, j.key, room, sub)
+	if c.hold {
+		return p.requeue(j, c.delay, c.why, deferCircuit), nil
+	}
+	if c.probe {
+		won, err := p.breakers.claimProbe(ctx, j.key, c.b)
+		if err != nil {
+			return decision{}, err
+		}
+		if !won {
+			if again := p.circuitOf(ctx, j.key, room, sub); again.hold || again.probe {
+				return p.requeue(j, max(again.delay, p.cfg.DeferDelay), "held: another message is the circuit's probe", deferCircuit), nil
+			}
+			c.probe = false // closed meanwhile
+		}
+	}
+
 	span := ev.Trace.Child(p.spanRand)
 	out := post(ctx, p.client, p.request(sub, ev, d, now, span), p.cfg.MaxResponseBody, p.now)
 	if ctx.Err() != nil {
@@ -490,6 +518,25 @@ func (p *Dispatcher) deliver(ctx context.Context, j *job) (decision, error) {
 	}
 	p.obs.PushRequest(out.Result.String(), out.Latency)
 	logAttrs = append(logAttrs, slog.String("traceparent", span), slog.Int("status_code", out.StatusCode))
+	if c.b != nil && out.StatusCode == http.StatusGone && c.settings.Enabled {
+		// The endpoint is gone, perhaps for a while: open the circuit and
+		// retry the message rather than dead-letter it.
+		out.Result = Retryable
+	}
+	if c.b != nil {
+		f := failure{failed: out.Result == Retryable, gone: out.StatusCode == http.StatusGone, code: out.StatusCode, err: storableText([]byte(out.Err))}
+		if !c.probe {
+			p.breakers.record(ctx, j.key, c.b, c.settings, f)
+		} else if p.breakers.probed(ctx, j.key, c.b, c.settings, f) {
+			p.parking.Release(ctx, j.key, true) // the messages parked while it was open go at once
+		} else if held := p.circuitOf(ctx, j.key, room, sub); held.hold {
+			// A failed probe is not an attempt of its message: the circuit
+			// is to blame, not the message.
+			dec := p.requeue(j, held.delay, "probe failed ("+out.Err+"); "+held.why, deferCircuit)
+			dec.s.Attempt.StatusCode, dec.s.Attempt.Latency, dec.s.Attempt.Body = out.StatusCode, out.Latency, out.Body
+			return dec, nil
+		}
+	}
 	at := p.now()
 	attempt := delivery.Attempt{StatusCode: out.StatusCode, Latency: out.Latency, Body: out.Body, Error: out.Err, At: at}
 	switch out.Result {
@@ -525,6 +572,24 @@ func (p *Dispatcher) deliver(ctx context.Context, j *job) (decision, error) {
 	p.logger.DebugContext(ctx, "push: attempt failed; retry scheduled", append(logAttrs, slog.String("error", out.Err), slog.Duration("retry_in", delay))...)
 	resend := p.newSend(ev, d, j.key, d.Attempt+1, 0, delay, at)
 	return decision{outcome: delivery.OutcomeRetried, s: delivery.Settlement{SendID: sendID, Attempt: attempt, Resend: &resend}}, nil
+}
+
+// circuitState is what the circuit says of a message (see breakers.admit),
+// with what the dispatcher needs to report its outcome.
+type circuitState struct {
+	verdict
+	b        *breaker // nil: no circuit breaker
+	settings rooms.Breaker
+}
+
+// circuitOf is the subscription's circuit's verdict on one of its messages.
+func (p *Dispatcher) circuitOf(ctx context.Context, id uuid.UUID, room rooms.Room, sub subscriptions.Subscription) circuitState {
+	if p.breakers == nil {
+		return circuitState{}
+	}
+	c := circuitState{b: p.breakers.get(id, sub.Circuit), settings: sub.Breaker(room)}
+	c.verdict = p.breakers.admit(ctx, id, c.b, c.settings, p.cfg.DeferDelay, p.parkedDelay())
+	return c
 }
 
 // requeue decides to republish a message with the same attempt after delay,
@@ -571,7 +636,8 @@ func (p *Dispatcher) deadLetter(s delivery.Settlement, ev message.Event, d *brok
 // again after an error, it does not store the outcome twice.
 //
 // The copy of a slow subscription's deferred message is not sent here (for
-// its first parkDeferrals deferrals, while they are short): its outbox row
+// its first parkDeferrals deferrals, while they are short), nor are short
+// holds of an open circuit (closing it releases them): its outbox row
 // is leased to outbox.ParkedOwner until the deferral ends, and the outbox relay of whichever
 // process claims it then sends it; releaseParked may end the lease sooner. A deferral is thus one row in
 // the group commit and an ack, where sending it at once took a scheduled
@@ -582,7 +648,8 @@ func (p *Dispatcher) deadLetter(s delivery.Settlement, ev message.Event, d *brok
 // minutes, which the outbox's claims would have to step over.
 func (p *Dispatcher) settle(ctx context.Context, d *broker.Delivery, dec *decision) error {
 	s := &dec.s
-	parked := dec.deferred == deferSlow && s.Resend != nil && s.Resend.Held <= parkDeferrals && s.Resend.ScheduledDelay <= p.parkedDelay()
+	parked := s.Resend != nil && s.Resend.ScheduledDelay <= p.parkedDelay() &&
+		(dec.deferred == deferSlow && s.Resend.Held <= parkDeferrals || dec.deferred == deferCircuit)
 	if !dec.stored {
 		switch {
 		case parked:
