@@ -104,7 +104,7 @@ func New(opts Options) *Metrics {
 		}, []string{"type"}),
 		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "push_deferred_total",
-			Help: "Push messages re-queued without an attempt: reason paused (PAUSED subscription), slow (its endpoint is slow and its backlog full) or circuit (its circuit is open or half-open).",
+			Help: "Push messages re-queued without an attempt: reason paused (PAUSED subscription), slow (its endpoint is slow and its backlog full), circuit (its circuit is open or half-open) or rate (no request slot soon enough under its maxDeliveryRate).",
 		}, []string{"reason"}),
 		circuitOpened: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "push_circuit_opened_total",
@@ -155,7 +155,7 @@ func New(opts Options) *Metrics {
 	for _, r := range []string{"sent", "failed", "refused", "given_up"} {
 		m.relayed.WithLabelValues(r)
 	}
-	for _, r := range []string{"paused", "slow", "circuit"} {
+	for _, r := range []string{"paused", "slow", "circuit", "rate"} {
 		m.deferred.WithLabelValues(r)
 	}
 	m.circuitOpened.WithLabelValues("failures")

@@ -72,6 +72,17 @@
 //     requests per process before its circuit opens, then one per probe. A
 //     reset (POST …/circuit:reset, a resumed subscription, a new push URL)
 //     closes it with a new version, and each process forgets its count.
+//   - A subscription's maxDeliveryRate paces its requests over every
+//     process (GCRA): one database row holds the time of its next free
+//     request slot, slots 1/rate apart; a process reserves slots with one
+//     statement, a batch of 50 ms' worth at a time (at least one), only those
+//     that begin within a second (or 64 slots). A message waits for its slot
+//     without a worker or a scheduler slot, in memory; one whose turn is
+//     further off is deferred (parked in the outbox or scheduled on the
+//     broker, spread one slot apart), not attempted. A slot may be used up to
+//     maxLate (100 ms) after it began, so at most rate × 1.1 + 1 requests
+//     start in any second, whichever process sends them (clock differences
+//     between hosts add to it). Retries and probes take slots too.
 //   - A database outage is not a delivery failure: while the database does
 //     not answer the dispatcher reads no message and starts no request (the
 //     broker keeps them, unacked); a request already made keeps its outcome

@@ -17,7 +17,8 @@ type Observer interface {
 	// PushRequest records one HTTP request: result is a Result's String.
 	PushRequest(result string, d time.Duration)
 	// Deferred counts a message re-queued without an attempt: reason
-	// paused, slow or circuit (held by an open circuit).
+	// paused, slow, circuit (held by an open circuit) or rate (waiting for
+	// its turn under the subscription's delivery rate).
 	Deferred(reason string)
 	// Paused reports the dispatcher stopping (true) or resuming (false)
 	// for a database outage.

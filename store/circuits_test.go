@@ -2,6 +2,7 @@ package store_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -109,6 +110,84 @@ func TestCircuitBreakerSettingsRoundTrip(t *testing.T) {
 			}
 			if read.MaxDeliveryRate == nil || *read.MaxDeliveryRate != rate {
 				t.Errorf("maxDeliveryRate read back %v, want %v", read.MaxDeliveryRate, rate)
+			}
+		})
+	}
+}
+
+// TestReserveSlots: slots come interval apart from now, only those that
+// begin within the horizon; with none left, each caller is told to come
+// back a slot later than the one before; an idle subscription saves no
+// slots up; and concurrent reservations never share a slot.
+func TestReserveSlots(t *testing.T) {
+	t.Parallel()
+	for _, d := range storetest.Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			db := storetest.Open(t, d)
+			sub := subscriptionFixture(t, db)
+			pace := db.Push()
+			iv, h := 100*time.Millisecond, 350*time.Millisecond
+			t0 := time.UnixMicro(time.Now().UnixMicro()).UTC()
+
+			s, err := pace.ReserveSlots(ctx, sub.ID, iv, t0, h, 3)
+			if err != nil || s.N != 3 || !s.First.Equal(t0) {
+				t.Fatalf("first reservation: %+v, %v; want 3 from %v", s, err, t0)
+			}
+			// Slots at +300 ms: the only one left that begins within 350 ms.
+			s, err = pace.ReserveSlots(ctx, sub.ID, iv, t0, h, 3)
+			if err != nil || s.N != 1 || !s.First.Equal(t0.Add(300*time.Millisecond)) {
+				t.Fatalf("second: %+v, %v; want 1 at +300ms", s, err)
+			}
+			for i, want := range []time.Duration{500 * time.Millisecond, 600 * time.Millisecond} {
+				s, err = pace.ReserveSlots(ctx, sub.ID, iv, t0, h, 1)
+				if err != nil || s.N != 0 || !s.Retry.Equal(t0.Add(want)) {
+					t.Fatalf("refusal %d: %+v, %v; want none, retry at +%v", i+1, s, err, want)
+				}
+			}
+			// Much later: the first free slot is now, not one saved up.
+			later := t0.Add(time.Hour)
+			s, err = pace.ReserveSlots(ctx, sub.ID, iv, later, h, 2)
+			if err != nil || s.N != 2 || !s.First.Equal(later) {
+				t.Fatalf("after an idle hour: %+v, %v; want 2 from %v", s, err, later)
+			}
+
+			// Concurrent callers: every slot once, and together the slots
+			// form one sequence interval apart.
+			start := later.Add(time.Hour)
+			var mu sync.Mutex
+			seen := map[time.Time]bool{}
+			var wg sync.WaitGroup
+			for range 8 {
+				wg.Go(func() {
+					for range 5 {
+						s, err := pace.ReserveSlots(ctx, sub.ID, time.Millisecond, start, time.Second, 3)
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						mu.Lock()
+						for i := range s.N {
+							at := s.First.Add(time.Duration(i) * time.Millisecond)
+							if seen[at] {
+								t.Errorf("slot %v granted twice", at)
+							}
+							seen[at] = true
+						}
+						mu.Unlock()
+					}
+				})
+			}
+			wg.Wait()
+			if len(seen) != 8*5*3 {
+				t.Errorf("%d slots granted, want %d", len(seen), 8*5*3)
+			}
+			for i := range len(seen) {
+				if !seen[start.Add(time.Duration(i)*time.Millisecond)] {
+					t.Errorf("slot %d (+%d ms) missing: the slots are not one sequence", i, i)
+					break
+				}
 			}
 		})
 	}
