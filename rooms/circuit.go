@@ -51,7 +51,7 @@ const (
 	minFailureRate     = 0.01
 )
 
-// CooldownOf is d, a cool-down in ms, as a duration.
+// CooldownOf is a cool-down of ms milliseconds as a duration.
 func CooldownOf(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }
 
 // Over is b's settings over base: each field b sets replaces base's. A
