@@ -130,6 +130,7 @@ func New(cfg Config, role Role, db *store.DB, b broker.Broker, logger *slog.Logg
 			Broker: b, Directory: db.Push(), Log: db.Push(), Batches: db.Push(),
 			Client: push.NewHTTPClient(cfg.Push.Timeout, cfg.PushTarget), Now: Clock, Logger: logger,
 			Observer: m, Ping: db.Ping, PingEvery: time.Second, OnParkedReleased: relay.Notify,
+			Circuits: db.Push(), Pace: db.Push(),
 		})
 	}
 	a.handler, a.pull = NewHandler(cfg, logger, db, b, relay, withAPI, m)

@@ -60,6 +60,7 @@ var routeAccess = map[string]string{
 	"PATCH /v1/rooms/:roomId/subscriptions/:subscriptionId":                             "ams",
 	"DELETE /v1/rooms/:roomId/subscriptions/:subscriptionId":                            "ams",
 	"POST /v1/rooms/:roomId/subscriptions/:subscriptionId/secret\\:rotate":              "ams",
+	"POST /v1/rooms/:roomId/subscriptions/:subscriptionId/circuit\\:reset":              "ams",
 	"POST /v1/rooms/:roomId/subscriptions/:subscriptionId\\:test":                       "ams",
 	"POST /v1/rooms/:roomId/subscriptions/:subscriptionId\\:approve":                    "am",
 	"POST /v1/rooms/:roomId/subscriptions/:subscriptionId\\:reject":                     "am",

@@ -71,7 +71,7 @@ func NewHandler(cfg Config, logger *slog.Logger, db *store.DB, b BrokerConn, rel
 	e.GET("/readyz", readiness(db, b, relay))
 	// Unauthenticated like the probes: keep it off the public network.
 	e.GET("/metrics", echo.WrapHandler(m.Handler()))
-	stats := metrics.StoreQueries{Outbox: db.Events().OutboxBacklog, Parked: db.Events().ParkedCopies}
+	stats := metrics.StoreQueries{Outbox: db.Events().OutboxBacklog, Parked: db.Events().ParkedCopies, OpenCircuits: db.Push().OpenCircuits}
 	if withAPI {
 		stats.Leases = db.Leases().Outstanding
 	}

@@ -20,6 +20,9 @@ type StoreQueries struct {
 	Parked func(ctx context.Context) (int, error)
 	// Leases returns how many pulled messages await their ack.
 	Leases func(ctx context.Context) (int, error)
+	// OpenCircuits returns how many PUSH subscriptions' circuits are not
+	// closed (open or half-open).
+	OpenCircuits func(ctx context.Context) (int, error)
 }
 
 // storeCollector queries the database at scrape time, bounded by timeout, so
@@ -31,7 +34,7 @@ type storeCollector struct {
 	now     func() time.Time
 	logger  *slog.Logger
 
-	backlog, oldest, parked, leases, up *prometheus.Desc
+	backlog, oldest, parked, leases, circuits, up *prometheus.Desc
 }
 
 // CollectStore registers the scrape-time database metrics; each scrape's
@@ -39,11 +42,12 @@ type storeCollector struct {
 func (m *Metrics) CollectStore(q StoreQueries, timeout time.Duration, now func() time.Time, logger *slog.Logger) {
 	m.reg.MustRegister(&storeCollector{
 		q: q, timeout: timeout, now: now, logger: logger,
-		backlog: prometheus.NewDesc(namespace+"_outbox_backlog", "Sends the outbox owes the broker now (pending rows, not counting parked copies still in their deferral), read from the database at scrape time.", nil, nil),
-		parked:  prometheus.NewDesc(namespace+"_outbox_parked", "Slow subscriptions' deferred copies waiting out their deferral in the outbox, read at scrape time.", nil, nil),
-		oldest:  prometheus.NewDesc(namespace+"_outbox_oldest_age_seconds", "Age of the oldest pending outbox row (0 when none), read at scrape time.", nil, nil),
-		leases:  prometheus.NewDesc(namespace+"_pull_leases_outstanding", "Pulled messages awaiting ack, nack or their ack deadline, read at scrape time.", nil, nil),
-		up:      prometheus.NewDesc(namespace+"_store_stats_up", "1 when the scrape-time database queries answered within their timeout, else 0 (and the outbox and lease metrics are absent).", nil, nil),
+		backlog:  prometheus.NewDesc(namespace+"_outbox_backlog", "Sends the outbox owes the broker now (pending rows, not counting parked copies still in their deferral), read from the database at scrape time.", nil, nil),
+		parked:   prometheus.NewDesc(namespace+"_outbox_parked", "Slow subscriptions' deferred copies waiting out their deferral in the outbox, read at scrape time.", nil, nil),
+		oldest:   prometheus.NewDesc(namespace+"_outbox_oldest_age_seconds", "Age of the oldest pending outbox row (0 when none), read at scrape time.", nil, nil),
+		leases:   prometheus.NewDesc(namespace+"_pull_leases_outstanding", "Pulled messages awaiting ack, nack or their ack deadline, read at scrape time.", nil, nil),
+		circuits: prometheus.NewDesc(namespace+"_push_circuits_open", "PUSH subscriptions whose circuit is open or half-open (their messages are held), read at scrape time.", nil, nil),
+		up:       prometheus.NewDesc(namespace+"_store_stats_up", "1 when the scrape-time database queries answered within their timeout, else 0 (and the outbox and lease metrics are absent).", nil, nil),
 	})
 }
 
@@ -52,6 +56,7 @@ func (c *storeCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.oldest
 	ch <- c.parked
 	ch <- c.leases
+	ch <- c.circuits
 	ch <- c.up
 }
 
@@ -88,6 +93,13 @@ func (c *storeCollector) Collect(ch chan<- prometheus.Metric) {
 			fail("leases", err)
 		} else {
 			ch <- prometheus.MustNewConstMetric(c.leases, prometheus.GaugeValue, float64(n))
+		}
+	}
+	if c.q.OpenCircuits != nil {
+		if n, err := c.q.OpenCircuits(ctx); err != nil {
+			fail("circuits", err)
+		} else {
+			ch <- prometheus.MustNewConstMetric(c.circuits, prometheus.GaugeValue, float64(n))
 		}
 	}
 	ch <- prometheus.MustNewConstMetric(c.up, prometheus.GaugeValue, up)

@@ -42,6 +42,9 @@ type Metrics struct {
 	pushRequests    *prometheus.HistogramVec
 	retryDelay      *prometheus.HistogramVec
 	deferred        *prometheus.CounterVec
+	circuitOpened   *prometheus.CounterVec
+	circuitClosed   prometheus.Counter
+	circuitProbes   *prometheus.CounterVec
 	dispatcherPause prometheus.Gauge
 	relayed         *prometheus.CounterVec
 	replayed        *prometheus.CounterVec
@@ -101,8 +104,20 @@ func New(opts Options) *Metrics {
 		}, []string{"type"}),
 		deferred: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: namespace, Name: "push_deferred_total",
-			Help: "Push messages re-queued without an attempt: reason paused (PAUSED subscription) or slow (its endpoint is slow and its backlog full).",
+			Help: "Push messages re-queued without an attempt: reason paused (PAUSED subscription), slow (its endpoint is slow and its backlog full), circuit (its circuit is open or half-open) or rate (no request slot soon enough under its maxDeliveryRate).",
 		}, []string{"reason"}),
+		circuitOpened: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "push_circuit_opened_total",
+			Help: "Circuits this process opened: reason failures (the breaker's failure rate reached) or gone (410).",
+		}, []string{"reason"}),
+		circuitClosed: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: namespace, Name: "push_circuit_closed_total",
+			Help: "Circuits this process closed (a probe succeeded, or the breaker was turned off).",
+		}),
+		circuitProbes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: namespace, Name: "push_circuit_probes_total",
+			Help: "Probes of open circuits this process sent, by result: succeeded (the circuit closed) or failed (it opened again).",
+		}, []string{"result"}),
 		dispatcherPause: prometheus.NewGauge(prometheus.GaugeOpts{
 			Namespace: namespace, Name: "dispatcher_paused",
 			Help: "1 while the push dispatcher has stopped taking messages because the database does not answer.",
@@ -127,7 +142,7 @@ func New(opts Options) *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.published, m.sends, m.deliveries, m.attempts, m.latency, m.pushRequests, m.retryDelay,
-		m.deferred, m.dispatcherPause, m.relayed, m.replayed, m.brokerUp, m.reconnects, m.httpDuration,
+		m.deferred, m.circuitOpened, m.circuitClosed, m.circuitProbes, m.dispatcherPause, m.relayed, m.replayed, m.brokerUp, m.reconnects, m.httpDuration,
 	)
 	// Outcomes appear at 0 from the start, so rate() and sums over them
 	// work before the first of each happens.
@@ -140,6 +155,13 @@ func New(opts Options) *Metrics {
 	for _, r := range []string{"sent", "failed", "refused", "given_up"} {
 		m.relayed.WithLabelValues(r)
 	}
+	for _, r := range []string{"paused", "slow", "circuit", "rate"} {
+		m.deferred.WithLabelValues(r)
+	}
+	m.circuitOpened.WithLabelValues("failures")
+	m.circuitOpened.WithLabelValues("gone")
+	m.circuitProbes.WithLabelValues("succeeded")
+	m.circuitProbes.WithLabelValues("failed")
 	return m
 }
 
@@ -207,6 +229,21 @@ func (m *Metrics) PushRequest(result string, d time.Duration) {
 
 // Deferred implements push.Observer.
 func (m *Metrics) Deferred(reason string) { m.deferred.WithLabelValues(reason).Inc() }
+
+// CircuitOpened implements push.Observer.
+func (m *Metrics) CircuitOpened(reason string) { m.circuitOpened.WithLabelValues(reason).Inc() }
+
+// CircuitClosed implements push.Observer.
+func (m *Metrics) CircuitClosed() { m.circuitClosed.Inc() }
+
+// CircuitProbe implements push.Observer.
+func (m *Metrics) CircuitProbe(succeeded bool) {
+	if succeeded {
+		m.circuitProbes.WithLabelValues("succeeded").Inc()
+	} else {
+		m.circuitProbes.WithLabelValues("failed").Inc()
+	}
+}
 
 // Paused implements push.Observer.
 func (m *Metrics) Paused(paused bool) {

@@ -20,8 +20,9 @@ func TestEveryMetricDocumented(t *testing.T) {
 	}
 	m := New(Options{RoomLabel: true})
 	m.CollectStore(StoreQueries{
-		Outbox: func(context.Context) (int, time.Time, error) { return 3, time.Now().Add(-time.Minute), nil },
-		Leases: func(context.Context) (int, error) { return 2, nil },
+		Outbox:       func(context.Context) (int, time.Time, error) { return 3, time.Now().Add(-time.Minute), nil },
+		Leases:       func(context.Context) (int, error) { return 2, nil },
+		OpenCircuits: func(context.Context) (int, error) { return 1, nil },
 	}, time.Second, time.Now, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	// Touch every vector so that it has a series to gather.
 	m.Published("r", 1, map[string]int{"push": 1})
@@ -32,6 +33,7 @@ func TestEveryMetricDocumented(t *testing.T) {
 	m.PushRequest("delivered", time.Millisecond)
 	m.Deferred("slow")
 	m.Paused(false)
+	m.CircuitClosed()
 	m.httpDuration.WithLabelValues("GET", "/x", "200").Observe(0.1)
 	families, err := m.Registry().Gather()
 	if err != nil {
@@ -48,8 +50,8 @@ func TestEveryMetricDocumented(t *testing.T) {
 			t.Errorf("%s is not in docs/operations.md", name)
 		}
 	}
-	if n != 18 {
-		t.Errorf("gathered %d messaging_ metrics, want 18: a new one needs a row in the doc and here", n)
+	if n != 22 {
+		t.Errorf("gathered %d messaging_ metrics, want 22: a new one needs a row in the doc and here", n)
 	}
 }
 

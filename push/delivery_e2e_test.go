@@ -265,7 +265,6 @@ func TestPushPermanentFailure(t *testing.T) {
 		status int
 	}{
 		{"unprocessable", http.StatusUnprocessableEntity},
-		{"gone", http.StatusGone},
 		{"bad-request", http.StatusBadRequest},
 		{"moved", http.StatusMovedPermanently},
 		{"found", http.StatusFound},

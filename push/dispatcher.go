@@ -176,6 +176,11 @@ type Deps struct {
 	// outbox relay's Notify, so that they go at once rather than at its next
 	// poll. Nil: nothing runs.
 	OnParkedReleased func()
+	// Circuits keeps the subscriptions' circuits and Pace their delivery
+	// rates, for every dispatcher process (the store is both). Nil: no
+	// circuit breaker, no rate limit.
+	Circuits Circuits
+	Pace     Pace
 }
 
 // Dispatcher consumes the push queue and delivers to push URLs.
@@ -199,6 +204,8 @@ type Dispatcher struct {
 	gate     *gate
 	commit   *outbox.GroupCommit[delivery.Settlement]
 	parking  *outbox.Parking
+	breakers *breakers // nil: no circuit breaker
+	pacer    *pacer    // nil: no rate limit
 }
 
 // New returns a Dispatcher; Run starts it.
@@ -217,6 +224,13 @@ func New(cfg Config, d Deps) *Dispatcher {
 	if p.obs == nil {
 		p.obs = nopObserver{}
 	}
+	if d.Circuits != nil {
+		// A probe holds the circuit for as long as its request may take.
+		p.breakers = newBreakers(d.Circuits, cfg.Timeout+probeMargin, d.Now, d.Logger, p.obs)
+	}
+	if d.Pace != nil {
+		p.pacer = newPacer(d.Pace)
+	}
 	var all func(context.Context, []delivery.Settlement) error
 	if d.Batches != nil {
 		all = d.Batches.SettleAll
@@ -234,6 +248,9 @@ type job struct {
 	// finished is set by the scheduler's done (guarded by its lock), which
 	// may be called twice: once the request is over, and by the worker.
 	finished bool
+	// slot is the request slot reserved for the job under its
+	// subscription's delivery rate while it sleeps until then.
+	slot time.Time
 }
 
 // Run consumes until ctx is done, then stops taking messages, lets in-flight
@@ -261,7 +278,10 @@ func (p *Dispatcher) Run(ctx context.Context) error {
 			// during an outage waits here, unacked, and is not attempted.
 			for j := sched.take(); j != nil; j = sched.take() {
 				if p.gate.wait(workCtx) {
-					p.handle(workCtx, sched, j)
+					if wait := p.handle(workCtx, sched, j); wait > 0 {
+						sched.sleep(j, wait) // its turn under the rate limit
+						continue
+					}
 				}
 				sched.done(j)
 			}
@@ -354,8 +374,10 @@ func (p *Dispatcher) deferSlow(ctx context.Context, sched *scheduler, j *job) {
 
 // Reasons a message is re-queued without an attempt.
 const (
-	deferPaused = "paused"
-	deferSlow   = "slow"
+	deferPaused  = "paused"
+	deferSlow    = "slow"
+	deferCircuit = "circuit" // the circuit is open or half-open
+	deferRate    = "rate"    // no request slot soon enough under maxDeliveryRate
 )
 
 // decision is what one handling of a message settles: made once (the HTTP
@@ -363,9 +385,14 @@ const (
 type decision struct {
 	s        delivery.Settlement
 	outcome  string // "" for a deferral
-	deferred string // deferPaused or deferSlow
+	deferred string // deferPaused, deferSlow, deferCircuit or deferRate
 	age      time.Duration
 	stored   bool // s is in the database; what is left is the resend and the ack
+	// wait, when not 0, decides nothing: the message's request slot under
+	// its subscription's delivery rate begins this much later.
+	wait time.Duration
+	// paced: the subscription has a delivery rate limit.
+	paced bool
 }
 
 // handle attempts j and settles the outcome, retrying while the database or
@@ -374,16 +401,22 @@ type decision struct {
 // endpoint, not the group commit its worker waits on afterwards. Held
 // through the commit, it capped one subscription at PerSubscription
 // outcomes per commit latency.
-func (p *Dispatcher) handle(ctx context.Context, sched *scheduler, j *job) {
-	p.retryUntilDone(ctx, j, func(ctx context.Context) (decision, error) {
+//
+// It returns how long j must wait for its turn under its subscription's
+// delivery rate (0 once j is settled): j is then neither attempted nor
+// settled, and the caller puts it back to sleep.
+func (p *Dispatcher) handle(ctx context.Context, sched *scheduler, j *job) time.Duration {
+	return p.retryUntilDone(ctx, j, func(ctx context.Context) (decision, error) {
 		dec, err := p.deliver(ctx, j)
-		if err == nil {
+		if err == nil && dec.wait == 0 {
 			sched.done(j)
 			if a := dec.s.Attempt; a.StatusCode != 0 || a.Latency > 0 {
 				// A request was made: did it hang (see scheduler.stuckFor)?
 				sched.requestEnded(j.key, a.Latency, p.cfg.SlowAfter > 0 && a.Latency >= p.cfg.SlowAfter && (a.StatusCode == 0 || a.StatusCode >= 500))
 			}
-			if dec.outcome == delivery.OutcomeDelivered {
+			// A rate-limited subscription's deferred copies wait for their
+			// turn, not for the endpoint to be quick.
+			if dec.outcome == delivery.OutcomeDelivered && !dec.paced {
 				p.releaseParked(ctx, sched, j, dec.s.Attempt.Latency)
 			}
 		}
@@ -409,35 +442,39 @@ func (p *Dispatcher) releaseParked(ctx context.Context, sched *scheduler, j *job
 // message then stays unacked and the broker redelivers it after this
 // consumer goes away). A failure asks the gate to check the database: while
 // it is down nothing is retried, so an outage neither repeats a request
-// nor counts as an attempt.
-func (p *Dispatcher) retryUntilDone(ctx context.Context, j *job, decide func(context.Context) (decision, error)) {
+// nor counts as an attempt. A decision to wait (see decision.wait) is
+// returned as it is, unsettled.
+func (p *Dispatcher) retryUntilDone(ctx context.Context, j *job, decide func(context.Context) (decision, error)) time.Duration {
 	var dec *decision
 	for wait := 100 * time.Millisecond; ; wait = min(wait*2, 5*time.Second) {
 		err := ctx.Err()
 		if dec == nil && err == nil {
 			var dd decision
 			if dd, err = decide(ctx); err == nil {
+				if dd.wait > 0 {
+					return dd.wait
+				}
 				dec = &dd
 			}
 		}
 		if dec != nil && err == nil {
 			if err = p.settle(ctx, j.d, dec); err == nil {
-				return
+				return 0
 			}
 		}
 		if ctx.Err() != nil {
-			return
+			return 0
 		}
 		p.logger.WarnContext(ctx, "push: could not settle a message; retrying", slog.Any("error", err),
 			slog.String("correlation_id", j.d.CorrelationID), slog.String("subscription_id", j.key.String()))
 		p.gate.suspect()
 		select {
 		case <-ctx.Done():
-			return
+			return 0
 		case <-time.After(wait):
 		}
 		if !p.gate.wait(ctx) {
-			return
+			return 0
 		}
 	}
 }
@@ -483,6 +520,44 @@ func (p *Dispatcher) deliver(ctx context.Context, j *job) (decision, error) {
 		return p.requeue(j, delay, "held: the subscription is PAUSED", deferPaused), nil
 	}
 
+	// The circuit first: an open one holds the message without taking a
+	// request slot. Then the rate: the message waits for its slot (or is
+	// deferred). Then, if the circuit's probe is due, this message tries to
+	// be it.
+	c := p.circuitOf(ctx, j.key, room, sub)
+	if c.hold {
+		return p.requeue(j, c.delay, c.why, deferCircuit), nil
+	}
+	paced := sub.MaxDeliveryRate != nil && p.pacer != nil
+	if paced {
+		wait, later, err := p.pace(ctx, j, *sub.MaxDeliveryRate)
+		switch {
+		case err != nil:
+			return decision{}, err
+		case later > 0:
+			dec := p.requeue(j, later, fmt.Sprintf("waiting: the subscription's maxDeliveryRate (%g per second) has no request slot free within %v",
+				*sub.MaxDeliveryRate, slotHorizon(slotInterval(*sub.MaxDeliveryRate))), deferRate)
+			dec.paced = true
+			return dec, nil
+		case wait > 0:
+			return decision{wait: wait}, nil
+		}
+	}
+	if c.probe {
+		won, err := p.breakers.claimProbe(ctx, j.key, c.b)
+		if err != nil {
+			return decision{}, err
+		}
+		if !won {
+			if again := p.circuitOf(ctx, j.key, room, sub); again.hold || again.probe {
+				dec := p.requeue(j, max(again.delay, p.cfg.DeferDelay), "held: another message is the circuit's probe", deferCircuit)
+				dec.paced = paced
+				return dec, nil
+			}
+			c.probe = false // closed meanwhile
+		}
+	}
+
 	span := ev.Trace.Child(p.spanRand)
 	out := post(ctx, p.client, p.request(sub, ev, d, now, span), p.cfg.MaxResponseBody, p.now)
 	if ctx.Err() != nil {
@@ -490,13 +565,33 @@ func (p *Dispatcher) deliver(ctx context.Context, j *job) (decision, error) {
 	}
 	p.obs.PushRequest(out.Result.String(), out.Latency)
 	logAttrs = append(logAttrs, slog.String("traceparent", span), slog.Int("status_code", out.StatusCode))
+	if c.b != nil && out.StatusCode == http.StatusGone && c.settings.Enabled {
+		// The endpoint is gone, perhaps for a while: open the circuit and
+		// retry the message rather than dead-letter it.
+		out.Result = Retryable
+	}
+	if c.b != nil {
+		f := failure{failed: out.Result == Retryable, gone: out.StatusCode == http.StatusGone, code: out.StatusCode, err: storableText([]byte(out.Err))}
+		if !c.probe {
+			p.breakers.record(ctx, j.key, c.b, c.settings, f)
+		} else if p.breakers.probed(ctx, j.key, c.b, c.settings, f) {
+			p.parking.Release(ctx, j.key, true) // the messages parked while it was open go at once
+		} else if held := p.circuitOf(ctx, j.key, room, sub); held.hold {
+			// A failed probe is not an attempt of its message: the circuit
+			// is to blame, not the message.
+			dec := p.requeue(j, held.delay, "probe failed ("+out.Err+"); "+held.why, deferCircuit)
+			dec.s.Attempt.StatusCode, dec.s.Attempt.Latency, dec.s.Attempt.Body = out.StatusCode, out.Latency, out.Body
+			dec.paced = paced
+			return dec, nil
+		}
+	}
 	at := p.now()
 	attempt := delivery.Attempt{StatusCode: out.StatusCode, Latency: out.Latency, Body: out.Body, Error: out.Err, At: at}
 	switch out.Result {
 	case Delivered:
 		attempt.Status = message.StatusDelivered
 		p.logger.DebugContext(ctx, "push: delivered", logAttrs...)
-		return decision{outcome: delivery.OutcomeDelivered, age: at.Sub(ev.PublishedAt), s: delivery.Settlement{SendID: sendID, Attempt: attempt}}, nil
+		return decision{outcome: delivery.OutcomeDelivered, age: at.Sub(ev.PublishedAt), paced: paced, s: delivery.Settlement{SendID: sendID, Attempt: attempt}}, nil
 	case Permanent:
 		attempt.Status = message.StatusDeadLettered
 		p.logger.InfoContext(ctx, "push: permanent failure; dead-lettered", logAttrs...)
@@ -525,6 +620,51 @@ func (p *Dispatcher) deliver(ctx context.Context, j *job) (decision, error) {
 	p.logger.DebugContext(ctx, "push: attempt failed; retry scheduled", append(logAttrs, slog.String("error", out.Err), slog.Duration("retry_in", delay))...)
 	resend := p.newSend(ev, d, j.key, d.Attempt+1, 0, delay, at)
 	return decision{outcome: delivery.OutcomeRetried, s: delivery.Settlement{SendID: sendID, Attempt: attempt, Resend: &resend}}, nil
+}
+
+// circuitState is what the circuit says of a message (see breakers.admit),
+// with what the dispatcher needs to report its outcome.
+type circuitState struct {
+	verdict
+	b        *breaker // nil: no circuit breaker
+	settings rooms.Breaker
+}
+
+// circuitOf is the subscription's circuit's verdict on one of its messages.
+func (p *Dispatcher) circuitOf(ctx context.Context, id uuid.UUID, room rooms.Room, sub subscriptions.Subscription) circuitState {
+	if p.breakers == nil {
+		return circuitState{}
+	}
+	c := circuitState{b: p.breakers.get(id, sub.Circuit), settings: sub.Breaker(room)}
+	c.verdict = p.breakers.admit(ctx, id, c.b, c.settings, p.cfg.DeferDelay, p.parkedDelay())
+	return c
+}
+
+// pace finds j's request slot under its subscription's delivery rate: how
+// long to wait for it (0: go now), or, when none is free soon enough, how
+// long to defer the message (later).
+func (p *Dispatcher) pace(ctx context.Context, j *job, rate float64) (wait, later time.Duration, err error) {
+	now := p.now()
+	if slot := j.slot; !slot.IsZero() {
+		if wait := slot.Sub(now); wait > 0 {
+			return wait, 0, nil // woken early
+		}
+		j.slot = time.Time{}
+		if now.Sub(slot) <= maxLate {
+			return 0, 0, nil
+		}
+	}
+	slot, retry, err := p.pacer.take(ctx, j.key, rate, now)
+	switch {
+	case err != nil:
+		return 0, 0, fmt.Errorf("reserve a request slot: %w", err)
+	case slot.IsZero():
+		return 0, min(max(retry.Sub(now), time.Millisecond), maxSlowDelay), nil
+	case slot.After(now):
+		j.slot = slot
+		return slot.Sub(now), 0, nil
+	}
+	return 0, 0, nil
 }
 
 // requeue decides to republish a message with the same attempt after delay,
@@ -571,7 +711,9 @@ func (p *Dispatcher) deadLetter(s delivery.Settlement, ev message.Event, d *brok
 // again after an error, it does not store the outcome twice.
 //
 // The copy of a slow subscription's deferred message is not sent here (for
-// its first parkDeferrals deferrals, while they are short): its outbox row
+// its first parkDeferrals deferrals, while they are short), nor are short
+// holds of an open circuit (closing it releases them) and short waits for a
+// turn under a delivery rate: its outbox row
 // is leased to outbox.ParkedOwner until the deferral ends, and the outbox relay of whichever
 // process claims it then sends it; releaseParked may end the lease sooner. A deferral is thus one row in
 // the group commit and an ack, where sending it at once took a scheduled
@@ -582,7 +724,8 @@ func (p *Dispatcher) deadLetter(s delivery.Settlement, ev message.Event, d *brok
 // minutes, which the outbox's claims would have to step over.
 func (p *Dispatcher) settle(ctx context.Context, d *broker.Delivery, dec *decision) error {
 	s := &dec.s
-	parked := dec.deferred == deferSlow && s.Resend != nil && s.Resend.Held <= parkDeferrals && s.Resend.ScheduledDelay <= p.parkedDelay()
+	parked := s.Resend != nil && s.Resend.ScheduledDelay <= p.parkedDelay() &&
+		(dec.deferred == deferSlow && s.Resend.Held <= parkDeferrals || dec.deferred == deferCircuit || dec.deferred == deferRate)
 	if !dec.stored {
 		switch {
 		case parked:

@@ -48,6 +48,41 @@
 //     has been hanging (up to 5 min), so that the outbox holds only a few
 //     seconds' worth of a hanging endpoint's messages and a long hang does
 //     not cycle its backlog through the dispatcher every minute.
+//   - A circuit breaker per subscription stops a dead endpoint from using up
+//     its messages' attempts. Each process counts the outcomes of its own
+//     attempts (in memory: no database round trip per delivery); when at
+//     least minimumAttempts of its last window attempts were made and
+//     failureRate of them failed (retryable failures), or the endpoint
+//     answers 410 Gone (then retried like a 5xx rather than dead-lettered),
+//     it opens the circuit, which every process shares: a state, a version
+//     and a probe time in the subscription's row, read with the subscription
+//     (cached for CacheTTL) and changed only by an UPDATE over the version
+//     it was changed from. While the circuit is open, the subscription's
+//     messages are held like a PAUSED one's: republished, not attempted, not
+//     counted, dead-lettered only if they expire; one per process comes back
+//     when the probe is due, the others probeMargin (2 s) later; holds of up
+//     to parkedDelay are parked in the outbox, longer ones go to the broker's
+//     scheduler (at most 5 min). When the probe is due, the first message to
+//     claim it (half-open) is sent; the others wait, parked, for its answer.
+//     A probe that is answered closes the circuit and releases the parked
+//     copies; one that fails is not an attempt of its message, which is held
+//     again, and the next probe waits twice as long, up to maxCooldown.
+//     Requests under way when the circuit opens complete as attempts, so a
+//     dead endpoint gets at most minimumAttempts + PerSubscription − 1
+//     requests per process before its circuit opens, then one per probe. A
+//     reset (POST …/circuit:reset, a resumed subscription, a new push URL)
+//     closes it with a new version, and each process forgets its count.
+//   - A subscription's maxDeliveryRate paces its requests over every
+//     process (GCRA): one database row holds the time of its next free
+//     request slot, slots 1/rate apart; a process reserves slots with one
+//     statement, a batch of 50 ms' worth at a time (at least one), only those
+//     that begin within a second (or 64 slots). A message waits for its slot
+//     without a worker or a scheduler slot, in memory; one whose turn is
+//     further off is deferred (parked in the outbox or scheduled on the
+//     broker, spread one slot apart), not attempted. A slot may be used up to
+//     maxLate (100 ms) after it began, so at most rate × 1.1 + 1 requests
+//     start in any second, whichever process sends them (clock differences
+//     between hosts add to it). Retries and probes take slots too.
 //   - A database outage is not a delivery failure: while the database does
 //     not answer the dispatcher reads no message and starts no request (the
 //     broker keeps them, unacked); a request already made keeps its outcome

@@ -16,11 +16,20 @@ type Observer interface {
 	RetryScheduled(typ string, delay time.Duration)
 	// PushRequest records one HTTP request: result is a Result's String.
 	PushRequest(result string, d time.Duration)
-	// Deferred counts a message re-queued without an attempt: reason paused or slow.
+	// Deferred counts a message re-queued without an attempt: reason
+	// paused, slow, circuit (held by an open circuit) or rate (waiting for
+	// its turn under the subscription's delivery rate).
 	Deferred(reason string)
 	// Paused reports the dispatcher stopping (true) or resuming (false)
 	// for a database outage.
 	Paused(paused bool)
+	// CircuitOpened counts a circuit this process opened: reason failures
+	// (the breaker's threshold) or gone (410).
+	CircuitOpened(reason string)
+	// CircuitClosed counts a circuit this process closed.
+	CircuitClosed()
+	// CircuitProbe counts a probe this process made, by its outcome.
+	CircuitProbe(succeeded bool)
 }
 
 type nopObserver struct{}
@@ -30,6 +39,9 @@ func (nopObserver) RetryScheduled(string, time.Duration)       {}
 func (nopObserver) PushRequest(string, time.Duration)          {}
 func (nopObserver) Deferred(string)                            {}
 func (nopObserver) Paused(bool)                                {}
+func (nopObserver) CircuitOpened(string)                       {}
+func (nopObserver) CircuitClosed()                             {}
+func (nopObserver) CircuitProbe(bool)                          {}
 
 // gate is open while the database answers. Closed, the dispatcher reads no
 // message and starts no delivery; a delivery already made waits to store its

@@ -27,6 +27,9 @@ type scheduler struct {
 	slowAfter  time.Duration
 	now        func() time.Time
 	closed     bool
+	// sleeping counts jobs waiting for their turn under a delivery rate
+	// limit (see sleep).
+	sleeping int
 }
 
 func newScheduler(perSub, maxBacklog int, slowAfter time.Duration, now func() time.Time) *scheduler {
@@ -87,7 +90,7 @@ func (s *scheduler) shed() []*job {
 func (s *scheduler) take() *job {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for len(s.ready) == 0 && !s.closed {
+	for len(s.ready) == 0 && (!s.closed || s.sleeping > 0) {
 		s.cond.Wait()
 	}
 	if len(s.ready) == 0 {
@@ -245,6 +248,37 @@ func (s *scheduler) done(j *job) {
 		return
 	}
 	j.finished = true
+	s.free(j)
+}
+
+// sleep takes j, whose request has not started, off its worker until its
+// turn under its subscription's delivery rate, d from now: meanwhile it
+// neither takes a worker nor counts as running (it does not make its
+// subscription look slow), and its slot goes to the subscription's next
+// job. Then it comes back ahead of the subscription's backlog. The workers
+// wait for sleeping jobs before they stop.
+func (s *scheduler) sleep(j *job, d time.Duration) {
+	s.mu.Lock()
+	s.sleeping++
+	s.free(j)
+	s.mu.Unlock()
+	time.AfterFunc(d, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.sleeping--
+		if s.active[j.key] < s.perSub {
+			s.active[j.key]++
+			s.ready = append(s.ready, j)
+		} else {
+			s.backlog[j.key] = append([]*job{j}, s.backlog[j.key]...)
+		}
+		s.cond.Broadcast() // a worker may be waiting to stop
+	})
+}
+
+// free gives up j's slot: the next job of its backlog takes it. Called with
+// mu held.
+func (s *scheduler) free(j *job) {
 	if delete(s.running[j.key], j); len(s.running[j.key]) == 0 {
 		delete(s.running, j.key)
 	}
@@ -278,7 +312,7 @@ func (s *scheduler) close() {
 func (s *scheduler) pending() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	n := 0
+	n := s.sleeping
 	for _, a := range s.active {
 		n += a
 	}

@@ -46,7 +46,12 @@ func preview(c echo.Context) error {
 		return err
 	}
 	room := rooms.NewRoomDefaults()
-	if err := rooms.DeliveryPatch(req).ApplyTo(&room); err != nil {
+	patch := rooms.DeliveryPatch{
+		DeliveryDelay: req.DeliveryDelay, DeliveryDelayMultiplier: req.DeliveryDelayMultiplier,
+		DeliveryAttempts: req.DeliveryAttempts, MaxDeliveryDelay: req.MaxDeliveryDelay,
+		DeliveryJitter: req.DeliveryJitter, RetryPolicy: req.RetryPolicy,
+	}
+	if err := patch.ApplyTo(&room); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, describe(Target{Room: room}))

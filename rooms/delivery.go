@@ -17,6 +17,7 @@ type DeliveryPatch struct {
 	MaxDeliveryDelay        api.Nullable[int64]
 	DeliveryJitter          api.Nullable[float64]
 	RetryPolicy             api.Nullable[RetryPolicy]
+	CircuitBreaker          api.Nullable[CircuitBreaker]
 }
 
 // Holder is what carries delivery settings; a null means something else on each.
@@ -54,6 +55,9 @@ func (p DeliveryPatch) Validate(on Holder, probs *api.Problems) {
 		"from 0 to 1", ValidJitter)
 	if v := p.RetryPolicy.Ptr(); v != nil {
 		v.Validate("retryPolicy", on == OnRoom, probs)
+	}
+	if v := p.CircuitBreaker.Ptr(); v != nil {
+		v.Validate("circuitBreaker", on, probs)
 	}
 }
 
@@ -103,5 +107,8 @@ func (p DeliveryPatch) applyTo(r *Room, probs *api.Problems) {
 	}
 	if p.RetryPolicy.Set {
 		r.RetryPolicy = p.RetryPolicy.Ptr()
+	}
+	if p.CircuitBreaker.Set {
+		r.CircuitBreaker = p.CircuitBreaker.Ptr() // null: the defaults
 	}
 }

@@ -42,17 +42,18 @@ type handlers struct{ s *Service }
 
 // roomRequest is the body of POST and PATCH /rooms (a JSON merge patch).
 type roomRequest struct {
-	Identifier              api.Nullable[string]      `json:"identifier"`
-	ManagerIdentifier       api.Nullable[string]      `json:"managerIdentifier"`
-	MessageExpiration       api.Nullable[int64]       `json:"messageExpiration"`
-	DeliveryDelay           api.Nullable[int64]       `json:"deliveryDelay"`
-	DeliveryDelayMultiplier api.Nullable[float64]     `json:"deliveryDelayMultiplier"`
-	DeliveryAttempts        api.Nullable[int]         `json:"deliveryAttempts"`
-	MaxDeliveryDelay        api.Nullable[int64]       `json:"maxDeliveryDelay"`
-	DeliveryJitter          api.Nullable[float64]     `json:"deliveryJitter"`
-	RetryPolicy             api.Nullable[RetryPolicy] `json:"retryPolicy"`
-	SubscriptionApproval    api.Nullable[Approval]    `json:"subscriptionApproval"`
-	Status                  api.Nullable[Status]      `json:"status"`
+	Identifier              api.Nullable[string]         `json:"identifier"`
+	ManagerIdentifier       api.Nullable[string]         `json:"managerIdentifier"`
+	MessageExpiration       api.Nullable[int64]          `json:"messageExpiration"`
+	DeliveryDelay           api.Nullable[int64]          `json:"deliveryDelay"`
+	DeliveryDelayMultiplier api.Nullable[float64]        `json:"deliveryDelayMultiplier"`
+	DeliveryAttempts        api.Nullable[int]            `json:"deliveryAttempts"`
+	MaxDeliveryDelay        api.Nullable[int64]          `json:"maxDeliveryDelay"`
+	DeliveryJitter          api.Nullable[float64]        `json:"deliveryJitter"`
+	RetryPolicy             api.Nullable[RetryPolicy]    `json:"retryPolicy"`
+	CircuitBreaker          api.Nullable[CircuitBreaker] `json:"circuitBreaker"`
+	SubscriptionApproval    api.Nullable[Approval]       `json:"subscriptionApproval"`
+	Status                  api.Nullable[Status]         `json:"status"`
 }
 
 func (r roomRequest) patch() RoomPatch {
@@ -71,6 +72,7 @@ type RoomResponse struct {
 	MaxDeliveryDelay        *int64       `json:"maxDeliveryDelay"`
 	DeliveryJitter          float64      `json:"deliveryJitter"`
 	RetryPolicy             *RetryPolicy `json:"retryPolicy"`
+	CircuitBreaker          Breaker      `json:"circuitBreaker"`
 	SubscriptionApproval    Approval     `json:"subscriptionApproval"`
 	Status                  Status       `json:"status"`
 	Address                 string       `json:"address"`
@@ -100,6 +102,7 @@ func toRoomResponse(r Room) RoomResponse {
 		MaxDeliveryDelay:        maxDelay,
 		DeliveryJitter:          r.DeliveryJitter,
 		RetryPolicy:             r.RetryPolicy,
+		CircuitBreaker:          r.Breaker(),
 		SubscriptionApproval:    r.SubscriptionApproval,
 		Status:                  r.Status,
 		Address:                 r.Address(),

@@ -72,10 +72,17 @@ type Room struct {
 	// SubscriptionApproval says whether new subscriptions need the manager's
 	// approval.
 	SubscriptionApproval Approval
-	Status               Status
-	CreatedAt            time.Time
-	UpdatedAt            time.Time
+	// CircuitBreaker is the room's circuit breaker as given (nil: the
+	// defaults); Breaker resolves it.
+	CircuitBreaker *CircuitBreaker
+	Status         Status
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
 }
+
+// Breaker is the circuit breaker the room's PUSH subscriptions have unless
+// they override it.
+func (r Room) Breaker() Breaker { return r.CircuitBreaker.Over(DefaultBreaker) }
 
 // Address is the room's broker address.
 func (r Room) Address() string { return Address(r.ID) }

@@ -93,6 +93,7 @@ type RoomPatch struct {
 	MaxDeliveryDelay        api.Nullable[int64]
 	DeliveryJitter          api.Nullable[float64]
 	RetryPolicy             api.Nullable[RetryPolicy]
+	CircuitBreaker          api.Nullable[CircuitBreaker]
 	SubscriptionApproval    api.Nullable[Approval]
 	Status                  api.Nullable[Status]
 }
@@ -165,7 +166,7 @@ func (p RoomPatch) delivery() DeliveryPatch {
 	return DeliveryPatch{
 		DeliveryDelay: p.DeliveryDelay, DeliveryDelayMultiplier: p.DeliveryDelayMultiplier,
 		DeliveryAttempts: p.DeliveryAttempts, MaxDeliveryDelay: p.MaxDeliveryDelay,
-		DeliveryJitter: p.DeliveryJitter, RetryPolicy: p.RetryPolicy,
+		DeliveryJitter: p.DeliveryJitter, RetryPolicy: p.RetryPolicy, CircuitBreaker: p.CircuitBreaker,
 	}
 }
 

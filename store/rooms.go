@@ -33,6 +33,7 @@ type roomRow struct {
 	DeliveryJitter          float64
 	RetryPolicy             *string
 	SubscriptionApproval    string
+	CircuitBreaker          *string
 	Status                  string
 	CreatedAt               time.Time `gorm:"autoCreateTime:false"`
 	UpdatedAt               time.Time `gorm:"autoUpdateTime:false"`
@@ -50,8 +51,31 @@ func toRoomRow(r rooms.Room) roomRow {
 		DeliveryDelayMultiplier: r.DeliveryDelayMultiplier, DeliveryAttempts: r.DeliveryAttempts,
 		MaxDeliveryDelay: r.MaxDeliveryDelay, DeliveryJitter: r.DeliveryJitter, RetryPolicy: policyText(r.RetryPolicy),
 		SubscriptionApproval: string(r.SubscriptionApproval),
+		CircuitBreaker:       jsonText(r.CircuitBreaker),
 		Status:               string(r.Status), CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt,
 	}
+}
+
+// jsonText stores a setting as JSON (NULL when there is none).
+func jsonText[T any](v *T) *string {
+	if v == nil {
+		return nil
+	}
+	b, _ := json.Marshal(v)
+	s := string(b)
+	return &s
+}
+
+// jsonOf reads a setting stored by jsonText.
+func jsonOf[T any](s *string) *T {
+	if s == nil {
+		return nil
+	}
+	var v T
+	if err := json.Unmarshal([]byte(*s), &v); err != nil {
+		return nil
+	}
+	return &v
 }
 
 // policyText stores a retry policy as JSON (NULL when there is none).
@@ -82,6 +106,7 @@ func (r roomRow) domain() rooms.Room {
 		DeliveryDelayMultiplier: r.DeliveryDelayMultiplier, DeliveryAttempts: r.DeliveryAttempts,
 		MaxDeliveryDelay: r.MaxDeliveryDelay, DeliveryJitter: r.DeliveryJitter, RetryPolicy: policyOf(r.RetryPolicy),
 		SubscriptionApproval: rooms.Approval(r.SubscriptionApproval),
+		CircuitBreaker:       jsonOf[rooms.CircuitBreaker](r.CircuitBreaker),
 		Status:               rooms.Status(r.Status), CreatedAt: r.CreatedAt.UTC(), UpdatedAt: r.UpdatedAt.UTC(),
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"gorm.io/gorm/clause"
 
 	"github.com/roomhub/messaging-api/message"
+	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/subscriptions"
 )
 
@@ -34,6 +35,8 @@ type subscriptionRow struct {
 	MaxDeliveryDelay        *int64
 	DeliveryJitter          *float64
 	RetryPolicy             *string
+	CircuitBreaker          *string
+	MaxDeliveryRate         *float64
 	AckDeadline             int64
 	Status                  string
 	SigningSecret           string
@@ -47,7 +50,41 @@ type subscriptionRow struct {
 	RejectionReason string
 	CreatedAt       time.Time `gorm:"autoCreateTime:false"`
 	UpdatedAt       time.Time `gorm:"autoUpdateTime:false"`
+	// The circuit is read with the subscription and written only by the
+	// dispatchers' conditional updates (Push.SwapCircuit) and resets.
+	Circuit circuitColumns `gorm:"embedded"`
 }
+
+// circuitColumns are a PUSH subscription's circuit, read-only here.
+type circuitColumns struct {
+	CircuitState          string     `gorm:"->"`
+	CircuitVersion        int64      `gorm:"->"`
+	CircuitOpenedAt       *time.Time `gorm:"->"`
+	CircuitCooldownMs     int64      `gorm:"->"`
+	CircuitProbeAt        *time.Time `gorm:"->"`
+	CircuitLastError      string     `gorm:"->"`
+	CircuitLastStatusCode *int       `gorm:"->"`
+}
+
+func (c circuitColumns) domain() subscriptions.Circuit {
+	out := subscriptions.Circuit{
+		State: subscriptions.CircuitState(c.CircuitState), Version: c.CircuitVersion,
+		OpenedAt: timeVal(c.CircuitOpenedAt), Cooldown: time.Duration(c.CircuitCooldownMs) * time.Millisecond,
+		ProbeAt: timeVal(c.CircuitProbeAt), LastError: c.CircuitLastError,
+	}
+	if c.CircuitLastStatusCode != nil {
+		out.LastStatusCode = *c.CircuitLastStatusCode
+	}
+	if out.State == "" {
+		out.State = subscriptions.CircuitClosed
+	}
+	return out
+}
+
+// circuitColumnNames are the columns of circuitColumns, which only their
+// own statements write.
+var circuitColumnNames = []string{"circuit_state", "circuit_version", "circuit_opened_at", "circuit_cooldown_ms",
+	"circuit_probe_at", "circuit_last_error", "circuit_last_status_code"}
 
 func (subscriptionRow) TableName() string { return "subscriptions" }
 
@@ -74,6 +111,7 @@ func toSubscriptionRow(s subscriptions.Subscription) subscriptionRow {
 		DeliveryDelay: s.DeliveryDelay, DeliveryDelayMultiplier: s.DeliveryDelayMultiplier,
 		DeliveryAttempts: s.DeliveryAttempts, Status: string(s.Status),
 		MaxDeliveryDelay: s.MaxDeliveryDelay, DeliveryJitter: s.DeliveryJitter, RetryPolicy: policyText(s.RetryPolicy),
+		CircuitBreaker: jsonText(s.CircuitBreaker), MaxDeliveryRate: s.MaxDeliveryRate,
 		AckDeadline:   s.AckDeadline.Milliseconds(),
 		SigningSecret: s.SigningSecret, PreviousSigningSecret: s.PreviousSecret,
 		PreviousSecretExpiresAt: timePtr(s.PreviousSecretExpiresAt),
@@ -117,7 +155,7 @@ func (s *Subscriptions) CreateSubscription(ctx context.Context, sub subscription
 		if err != nil {
 			return err
 		}
-		if err := tx.Create(&row).Error; err != nil {
+		if err := tx.Omit(circuitColumnNames...).Create(&row).Error; err != nil {
 			return err
 		}
 		return tx.Create(toFilterRows(sub)).Error
@@ -228,6 +266,8 @@ func (s *Subscriptions) withFilters(ctx context.Context, rows []subscriptionRow)
 			DeliveryDelay: r.DeliveryDelay, DeliveryDelayMultiplier: r.DeliveryDelayMultiplier,
 			DeliveryAttempts: r.DeliveryAttempts, Status: subscriptions.Status(r.Status),
 			MaxDeliveryDelay: r.MaxDeliveryDelay, DeliveryJitter: r.DeliveryJitter, RetryPolicy: policyOf(r.RetryPolicy),
+			CircuitBreaker: jsonOf[rooms.CircuitBreaker](r.CircuitBreaker), MaxDeliveryRate: r.MaxDeliveryRate,
+			Circuit:       r.Circuit.domain(),
 			AckDeadline:   time.Duration(r.AckDeadline) * time.Millisecond,
 			SigningSecret: r.SigningSecret, PreviousSecret: r.PreviousSigningSecret,
 			PreviousSecretExpiresAt: timeVal(r.PreviousSecretExpiresAt),
@@ -263,8 +303,9 @@ func (s *Subscriptions) UpdateSubscription(ctx context.Context, sub subscription
 			// approval or rejection committed meanwhile.
 			q = q.Where("status = ?", string(subscriptions.StatusPending))
 		}
-		res := q.Select("*").Omit("id", "room_id", "type", "created_at", "signing_secret", "previous_signing_secret",
-			"previous_secret_expires_at", "decided_by", "decided_at", "rejection_reason").Updates(&row)
+		omit := append([]string{"id", "room_id", "type", "created_at", "signing_secret", "previous_signing_secret",
+			"previous_secret_expires_at", "decided_by", "decided_at", "rejection_reason"}, circuitColumnNames...)
+		res := q.Select("*").Omit(omit...).Updates(&row)
 		if res.Error != nil {
 			return res.Error
 		}
@@ -388,6 +429,18 @@ func dropOwedCopies(tx *gorm.DB, dialect Dialect, id uuid.UUID, byRoom bool) err
 		}
 	}
 	return nil
+}
+
+// ResetCircuit implements subscriptions.Store: closed, with a new version,
+// so that every dispatcher also forgets the failures it counted.
+func (s *Subscriptions) ResetCircuit(ctx context.Context, roomID, id uuid.UUID) error {
+	res := s.tx(ctx).Exec(`UPDATE subscriptions SET circuit_state = ?, circuit_version = circuit_version + 1, circuit_opened_at = NULL,
+		circuit_cooldown_ms = 0, circuit_probe_at = NULL, circuit_last_error = '', circuit_last_status_code = NULL
+		WHERE room_id = ? AND id = ?`, string(subscriptions.CircuitClosed), roomID, id)
+	if res.Error == nil && res.RowsAffected == 0 {
+		return subscriptions.ErrNotFound
+	}
+	return translate(res.Error, nil, nil)
 }
 
 // CountSubscriptions implements subscriptions.Store.

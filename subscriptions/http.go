@@ -35,45 +35,51 @@ func Routes(g *echo.Group, s *Service) {
 		auth.Verb{Name: "reject", Handler: h.reject, Rule: decide},
 		auth.Verb{Name: "test", Handler: h.test, Rule: one},
 	)
+	auth.Handle(g, http.MethodPost, "/rooms/:roomId/subscriptions/:subscriptionId/circuit\\:reset", h.resetCircuit, one)
 }
 
 type handlers struct{ s *Service }
 
 type request struct {
-	Type                    api.Nullable[Type]              `json:"type"`
-	PushURL                 api.Nullable[string]            `json:"pushUrl"`
-	PushAuth                api.Nullable[PushAuthInput]     `json:"pushAuth"`
-	EventTypes              api.Nullable[[]FilterInput]     `json:"eventTypes"`
-	AttributeFilter         api.Nullable[json.RawMessage]   `json:"attributeFilter"`
-	DeliveryDelay           api.Nullable[int64]             `json:"deliveryDelay"`
-	DeliveryDelayMultiplier api.Nullable[float64]           `json:"deliveryDelayMultiplier"`
-	DeliveryAttempts        api.Nullable[int]               `json:"deliveryAttempts"`
-	MaxDeliveryDelay        api.Nullable[int64]             `json:"maxDeliveryDelay"`
-	DeliveryJitter          api.Nullable[float64]           `json:"deliveryJitter"`
-	RetryPolicy             api.Nullable[rooms.RetryPolicy] `json:"retryPolicy"`
-	AckDeadline             api.Nullable[int64]             `json:"ackDeadline"`
-	Status                  api.Nullable[Status]            `json:"status"`
-	Owner                   api.Nullable[string]            `json:"owner"`
+	Type                    api.Nullable[Type]                 `json:"type"`
+	PushURL                 api.Nullable[string]               `json:"pushUrl"`
+	PushAuth                api.Nullable[PushAuthInput]        `json:"pushAuth"`
+	EventTypes              api.Nullable[[]FilterInput]        `json:"eventTypes"`
+	AttributeFilter         api.Nullable[json.RawMessage]      `json:"attributeFilter"`
+	DeliveryDelay           api.Nullable[int64]                `json:"deliveryDelay"`
+	DeliveryDelayMultiplier api.Nullable[float64]              `json:"deliveryDelayMultiplier"`
+	DeliveryAttempts        api.Nullable[int]                  `json:"deliveryAttempts"`
+	MaxDeliveryDelay        api.Nullable[int64]                `json:"maxDeliveryDelay"`
+	DeliveryJitter          api.Nullable[float64]              `json:"deliveryJitter"`
+	RetryPolicy             api.Nullable[rooms.RetryPolicy]    `json:"retryPolicy"`
+	CircuitBreaker          api.Nullable[rooms.CircuitBreaker] `json:"circuitBreaker"`
+	MaxDeliveryRate         api.Nullable[float64]              `json:"maxDeliveryRate"`
+	AckDeadline             api.Nullable[int64]                `json:"ackDeadline"`
+	Status                  api.Nullable[Status]               `json:"status"`
+	Owner                   api.Nullable[string]               `json:"owner"`
 }
 
 // Response is a subscription as the API shows it.
 type Response struct {
-	ID                      string             `json:"id"`
-	RoomID                  string             `json:"roomId"`
-	Type                    Type               `json:"type"`
-	PushURL                 *string            `json:"pushUrl"`
-	PushAuth                *PushAuthResponse  `json:"pushAuth"`
-	Destination             *string            `json:"destination"`
-	EventTypes              []FilterInput      `json:"eventTypes"`
-	AttributeFilter         json.RawMessage    `json:"attributeFilter"`
-	DeliveryDelay           *int64             `json:"deliveryDelay"`
-	DeliveryDelayMultiplier *float64           `json:"deliveryDelayMultiplier"`
-	DeliveryAttempts        *int               `json:"deliveryAttempts"`
-	MaxDeliveryDelay        *int64             `json:"maxDeliveryDelay"`
-	DeliveryJitter          *float64           `json:"deliveryJitter"`
-	RetryPolicy             *rooms.RetryPolicy `json:"retryPolicy"`
-	AckDeadline             int64              `json:"ackDeadline"`
-	Status                  Status             `json:"status"`
+	ID                      string                `json:"id"`
+	RoomID                  string                `json:"roomId"`
+	Type                    Type                  `json:"type"`
+	PushURL                 *string               `json:"pushUrl"`
+	PushAuth                *PushAuthResponse     `json:"pushAuth"`
+	Destination             *string               `json:"destination"`
+	EventTypes              []FilterInput         `json:"eventTypes"`
+	AttributeFilter         json.RawMessage       `json:"attributeFilter"`
+	DeliveryDelay           *int64                `json:"deliveryDelay"`
+	DeliveryDelayMultiplier *float64              `json:"deliveryDelayMultiplier"`
+	DeliveryAttempts        *int                  `json:"deliveryAttempts"`
+	MaxDeliveryDelay        *int64                `json:"maxDeliveryDelay"`
+	DeliveryJitter          *float64              `json:"deliveryJitter"`
+	RetryPolicy             *rooms.RetryPolicy    `json:"retryPolicy"`
+	CircuitBreaker          *rooms.CircuitBreaker `json:"circuitBreaker"`
+	MaxDeliveryRate         *float64              `json:"maxDeliveryRate"`
+	Circuit                 *CircuitResponse      `json:"circuit"`
+	AckDeadline             int64                 `json:"ackDeadline"`
+	Status                  Status                `json:"status"`
 	// DecidedBy, DecidedAt and RejectionReason say who approved or
 	// rejected a subscription that was PENDING, when, and why a rejection.
 	DecidedBy       *string    `json:"decidedBy"`
@@ -117,6 +123,8 @@ func toResponse(s Subscription) Response {
 		MaxDeliveryDelay:        s.MaxDeliveryDelay,
 		DeliveryJitter:          s.DeliveryJitter,
 		RetryPolicy:             s.RetryPolicy,
+		CircuitBreaker:          s.CircuitBreaker,
+		MaxDeliveryRate:         s.MaxDeliveryRate,
 		AckDeadline:             s.AckDeadline.Milliseconds(),
 		Status:                  s.Status,
 		CreatedAt:               s.CreatedAt,
@@ -137,6 +145,7 @@ func toResponse(s Subscription) Response {
 	if s.Type == TypePush {
 		u := s.PushURL
 		r.PushURL = &u
+		r.Circuit = toCircuitResponse(s.Circuit)
 	} else {
 		d := s.Queue().FQQN()
 		r.Destination = &d
@@ -307,6 +316,41 @@ func (h handlers) reject(c echo.Context) error {
 		return err
 	}
 	s, err := h.s.Reject(c.Request().Context(), c.Param("roomId"), c.Param("subscriptionId"), req.Reason)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toResponse(s))
+}
+
+// CircuitResponse is where a PUSH subscription's circuit breaker stands.
+type CircuitResponse struct {
+	State          CircuitState `json:"state"`
+	OpenedAt       *time.Time   `json:"openedAt"`
+	LastError      *string      `json:"lastError"`
+	LastStatusCode *int         `json:"lastStatusCode"`
+	Cooldown       *int64       `json:"cooldown"`
+	NextProbeAt    *time.Time   `json:"nextProbeAt"`
+}
+
+func toCircuitResponse(c Circuit) *CircuitResponse {
+	if c.Closed() {
+		return &CircuitResponse{State: CircuitClosed}
+	}
+	opened, why, cooldown := c.OpenedAt, c.LastError, c.Cooldown.Milliseconds()
+	r := &CircuitResponse{State: c.State, OpenedAt: &opened, LastError: &why, Cooldown: &cooldown}
+	if c.LastStatusCode != 0 {
+		code := c.LastStatusCode
+		r.LastStatusCode = &code
+	}
+	if c.State == CircuitOpen {
+		at := c.ProbeAt
+		r.NextProbeAt = &at
+	}
+	return r
+}
+
+func (h handlers) resetCircuit(c echo.Context) error {
+	s, err := h.s.ResetCircuit(c.Request().Context(), c.Param("roomId"), c.Param("subscriptionId"))
 	if err != nil {
 		return err
 	}

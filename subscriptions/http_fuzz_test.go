@@ -262,6 +262,15 @@ func (m *memSubs) CountSubscriptions(context.Context, uuid.UUID) (int, error) {
 	return len(m.subs), nil
 }
 
+func (m *memSubs) ResetCircuit(_ context.Context, roomID, id uuid.UUID) error {
+	s, err := m.Subscription(context.Background(), roomID, id)
+	if err == nil {
+		s.Circuit = subscriptions.Circuit{State: subscriptions.CircuitClosed}
+		m.subs[id] = s
+	}
+	return err
+}
+
 type noQueues struct{}
 
 func (noQueues) EnsureQueue(context.Context, broker.Destination) error { return nil }

@@ -30,6 +30,12 @@ const (
 	MaxRejectionReason = 1000
 )
 
+// Bounds of a PUSH subscription's maxDeliveryRate (requests per second).
+const (
+	MinDeliveryRate = 0.01
+	MaxDeliveryRate = 100_000
+)
+
 // Ack deadline bounds of PULL subscriptions.
 const (
 	DefaultAckDeadline = 30 * time.Second
@@ -115,6 +121,8 @@ type Patch struct {
 	MaxDeliveryDelay        api.Nullable[int64]
 	DeliveryJitter          api.Nullable[float64]
 	RetryPolicy             api.Nullable[rooms.RetryPolicy]
+	CircuitBreaker          api.Nullable[rooms.CircuitBreaker]
+	MaxDeliveryRate         api.Nullable[float64]
 	AckDeadline             api.Nullable[int64]
 	Status                  api.Nullable[Status]
 	Owner                   api.Nullable[string]
@@ -125,7 +133,7 @@ func (p Patch) delivery() rooms.DeliveryPatch {
 	return rooms.DeliveryPatch{
 		DeliveryDelay: p.DeliveryDelay, DeliveryDelayMultiplier: p.DeliveryDelayMultiplier,
 		DeliveryAttempts: p.DeliveryAttempts, MaxDeliveryDelay: p.MaxDeliveryDelay,
-		DeliveryJitter: p.DeliveryJitter, RetryPolicy: p.RetryPolicy,
+		DeliveryJitter: p.DeliveryJitter, RetryPolicy: p.RetryPolicy, CircuitBreaker: p.CircuitBreaker,
 	}
 }
 
@@ -221,6 +229,22 @@ func (svc *Service) apply(ctx context.Context, room rooms.Room, s *Subscription,
 	}
 	if p.RetryPolicy.Set {
 		s.RetryPolicy = p.RetryPolicy.Ptr()
+	}
+	if p.CircuitBreaker.Set {
+		s.CircuitBreaker = p.CircuitBreaker.Ptr()
+	}
+	if s.CircuitBreaker != nil && s.Type == TypePull {
+		probs.Add("circuitBreaker", "is only for PUSH subscriptions")
+	}
+	if p.MaxDeliveryRate.Set {
+		s.MaxDeliveryRate = p.MaxDeliveryRate.Ptr()
+	}
+	switch v := s.MaxDeliveryRate; {
+	case v == nil:
+	case s.Type == TypePull:
+		probs.Add("maxDeliveryRate", "is only for PUSH subscriptions")
+	case !(*v >= MinDeliveryRate && *v <= MaxDeliveryRate):
+		probs.Add("maxDeliveryRate", fmt.Sprintf("must be null (no limit) or from %g to %d requests per second", MinDeliveryRate, MaxDeliveryRate))
 	}
 	if p.AckDeadline.Set {
 		switch v := p.AckDeadline.Ptr(); {
@@ -489,6 +513,7 @@ func (svc *Service) Update(ctx context.Context, roomRef, id string, p Patch) (Su
 	if err := applyOwner(ctx, &s, p.Owner); err != nil {
 		return Subscription{}, err
 	}
+	was := s
 	if err := svc.apply(ctx, room, &s, p, false); err != nil {
 		return Subscription{}, err
 	}
@@ -497,6 +522,14 @@ func (svc *Service) Update(ctx context.Context, roomRef, id string, p Patch) (Su
 		return Subscription{}, storeError(err)
 	}
 	svc.changed(s.RoomID)
+	// A new endpoint, or a subscription resumed (its operator says the
+	// endpoint is fixed), starts with a closed circuit.
+	if s.Type == TypePush && (s.PushURL != was.PushURL || (was.Status == StatusPaused && s.Status == StatusActive)) {
+		if err := svc.store.ResetCircuit(ctx, s.RoomID, s.ID); err != nil {
+			return Subscription{}, err
+		}
+		s.Circuit = Circuit{State: CircuitClosed}
+	}
 	return s, nil
 }
 
@@ -562,6 +595,32 @@ func (svc *Service) decide(ctx context.Context, s Subscription, status Status, r
 		return Subscription{}, err
 	}
 	svc.changed(s.RoomID)
+	return s, nil
+}
+
+// ResetCircuit closes a PUSH subscription's circuit at once: its held
+// messages are delivered again as they come back (within a few seconds for
+// those parked in the outbox, within the wait they were held for, at most 5
+// minutes, for the others).
+func (svc *Service) ResetCircuit(ctx context.Context, roomRef, id string) (Subscription, error) {
+	_, s, err := svc.Get(ctx, roomRef, id)
+	if err != nil {
+		return Subscription{}, err
+	}
+	if s.Type != TypePush {
+		return Subscription{}, ErrNoCircuit
+	}
+	if s.Status == StatusTerminated {
+		return Subscription{}, ErrTerminated
+	}
+	if err := svc.store.ResetCircuit(ctx, s.RoomID, s.ID); err != nil {
+		return Subscription{}, err
+	}
+	if !s.Circuit.Closed() {
+		svc.logger.InfoContext(ctx, "push: circuit reset by request; deliveries resume", slog.String("subscription_id", s.ID.String()),
+			slog.String("was", string(s.Circuit.State)))
+	}
+	s.Circuit = Circuit{State: CircuitClosed}
 	return s, nil
 }
 

@@ -22,6 +22,7 @@ var (
 	ErrNotFound   = fmt.Errorf("subscription %w", api.ErrNotFound)
 	ErrTerminated = fmt.Errorf("the subscription is TERMINATED, which is final: %w", api.ErrConflict)
 	ErrNotPush    = fmt.Errorf("only PUSH subscriptions have a signing secret: %w", api.ErrConflict)
+	ErrNoCircuit  = fmt.Errorf("only PUSH subscriptions have a circuit breaker: %w", api.ErrConflict)
 	ErrPending    = fmt.Errorf("the subscription is PENDING: it receives nothing until the room's manager approves it (POST …/subscriptions/{id}:approve): %w", api.ErrConflict)
 	ErrRejected   = fmt.Errorf("the subscription was REJECTED by the room's manager, which is final: create another one: %w", api.ErrConflict)
 	// ErrDecided: an approval or rejection of a subscription that another
@@ -97,6 +98,14 @@ type Subscription struct {
 	DeliveryJitter          *float64
 	// RetryPolicy replaces the room's retry policy as a whole.
 	RetryPolicy *rooms.RetryPolicy
+	// CircuitBreaker overrides the room's circuit breaker field by field
+	// (PUSH only; nil: the room's).
+	CircuitBreaker *rooms.CircuitBreaker
+	// MaxDeliveryRate bounds the requests to PushURL per second, over every
+	// dispatcher process (nil: no bound).
+	MaxDeliveryRate *float64
+	// Circuit is where the circuit breaker stands (PUSH only).
+	Circuit Circuit
 	// AckDeadline is how long a pulled message waits for its ack before it is
 	// delivered again (PULL only).
 	AckDeadline time.Duration
@@ -126,6 +135,11 @@ func (s Subscription) Secrets(now time.Time) []string {
 		out = append(out, s.PreviousSecret)
 	}
 	return out
+}
+
+// Breaker is the circuit breaker that applies to the subscription in room.
+func (s Subscription) Breaker(room rooms.Room) rooms.Breaker {
+	return s.CircuitBreaker.Over(room.Breaker())
 }
 
 // Queue is the broker queue of a PULL subscription on its room's address.
@@ -189,6 +203,8 @@ type Store interface {
 	// CountSubscriptions counts the room's subscriptions that are not
 	// TERMINATED or REJECTED.
 	CountSubscriptions(ctx context.Context, roomID uuid.UUID) (int, error)
+	// ResetCircuit closes the subscription's circuit, whatever its state.
+	ResetCircuit(ctx context.Context, roomID, id uuid.UUID) error
 }
 
 // Catalog finds rooms, event types and versions (rooms.Service is one).

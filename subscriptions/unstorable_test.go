@@ -20,6 +20,7 @@ func TestUnstorableInput(t *testing.T) {
 		apptest.Want(t, r, http.StatusCreated)
 		sub := "/v1/rooms/orders/subscriptions/" + apptest.Decode[subscriptions.Response](t, r).ID
 		const pull = `{"type":"PULL","eventTypes":[{"eventType":"order.created"`
+		const push = `{"type":"PUSH","pushUrl":"https://example.com/hook","eventTypes":[{"eventType":"order.created"}]`
 		cases := []struct {
 			name, method, path, body string
 			status                   int
@@ -36,8 +37,13 @@ func TestUnstorableInput(t *testing.T) {
 			{"rotation grace", "POST", sub + "/secret:rotate", `{"gracePeriod":9223372036854775807}`, 422, "gracePeriod"},
 			{"subscription ack deadline", "PATCH", sub, `{"ackDeadline":9223372036854775807}`, 422, "ackDeadline"},
 
+			{"breaker window", "POST", "/v1/rooms/orders/subscriptions", push + `,"circuitBreaker":{"window":2147483648}}`, 422, "circuitBreaker.window"},
+			{"breaker cool-down", "PATCH", sub, `{"circuitBreaker":{"cooldown":9223372036854775807}}`, 422, "circuitBreaker.cooldown"},
+			{"delivery rate", "POST", "/v1/rooms/orders/subscriptions", push + `,"maxDeliveryRate":1e308}`, 422, "maxDeliveryRate"},
+
 			// A member given twice (encoding/json would keep the last).
 			{"filter twice", "POST", "/v1/rooms/orders/subscriptions", pull + `,"eventType":"order.created"}]}`, 422, "eventTypes[0].eventType"},
+			{"breaker field twice", "POST", "/v1/rooms/orders/subscriptions", push + `,"circuitBreaker":{"cooldown":1000,"cooldown":2000}}`, 422, "circuitBreaker.cooldown"},
 		}
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {

@@ -539,6 +539,8 @@ func (b *bench) retryPhase(ctx context.Context, _ baselineResult) error {
 		maxDelay = max(maxDelay, d)
 		if _, err := c.subscribe(ctx, room, "PUSH", eventFast, map[string]any{
 			"pushUrl": b.sink.url(t), "deliveryDelay": d.Milliseconds(), "deliveryDelayMultiplier": 1.0, "deliveryAttempts": 3,
+			// Every first attempt fails, which would open the circuit.
+			"circuitBreaker": map[string]any{"enabled": false},
 		}); err != nil {
 			return err
 		}
@@ -604,7 +606,10 @@ func (b *bench) isolationPhase(ctx context.Context, _ baselineResult) error {
 		if _, err := c.subscribe(ctx, room, "PUSH", eventFast, map[string]any{"pushUrl": b.sink.url(fast)}); err != nil {
 			return err
 		}
-		_, err := c.subscribe(ctx, room, "PUSH", eventSlow, map[string]any{"pushUrl": b.sink.url(hang), "deliveryAttempts": 1})
+		// The breaker off: this measures the deferral of a hanging endpoint's
+		// messages, which an open circuit would hold instead.
+		_, err := c.subscribe(ctx, room, "PUSH", eventSlow, map[string]any{"pushUrl": b.sink.url(hang), "deliveryAttempts": 1,
+			"circuitBreaker": map[string]any{"enabled": false}})
 		return err
 	}
 	var (
