@@ -130,7 +130,7 @@ const rowHeight = 24
 // drawTimeline lays out ev's attempts from its publication to the latest
 // thing that happened (now, while an attempt is in flight).
 func drawTimeline(ev publish.EventResponse, now time.Time) waterfall {
-	w := waterfall{W: 760, PlotX: 150, PlotW: 520,
+	w := waterfall{W: 760, PlotX: 110, PlotW: 440,
 		Label: fmt.Sprintf("Timeline of event %s: every attempt per subscription, from publication", ev.EventID)}
 	t0 := ev.PublishedAt
 	at := func(t time.Time) float64 { return float64(t.Sub(t0).Milliseconds()) }
@@ -148,7 +148,7 @@ func drawTimeline(ev publish.EventResponse, now time.Time) waterfall {
 	x := func(ms float64) float64 { return round1(w.PlotX + max(0, ms)/span*w.PlotW) }
 	y := 28.0
 	for _, d := range ev.Deliveries {
-		w.Rows = append(w.Rows, waterfallRow{Y: y, Head: true, Label: d.SubscriptionType + " " + short(d.SubscriptionID)})
+		w.Rows = append(w.Rows, waterfallRow{Y: y, Head: true, Label: d.SubscriptionType + " subscription " + short(d.SubscriptionID)})
 		y += rowHeight
 		for _, a := range d.Attempts {
 			created := at(a.CreatedAt)

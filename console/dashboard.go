@@ -114,7 +114,7 @@ func (cn *Console) figures(ctx context.Context, d *dashboardData) {
 
 // rateChart draws the events published per second in each sampling interval.
 func rateChart(samples []sample) chart {
-	c := chart{W: 640, H: 160, PlotX: 56, PlotY: 136, PlotW: 574, Label: "Events published per second, over the last minutes"}
+	c := chart{W: 480, H: 170, PlotX: 56, PlotY: 146, PlotW: 414, Label: "Events published per second, over the last minutes"}
 	if len(samples) < 2 {
 		c.Caption = "The rate appears after the first samples (every few seconds)."
 		return c
@@ -144,7 +144,7 @@ func rateChart(samples []sample) chart {
 
 // outcomeChart draws the recent outcomes as one bar each.
 func outcomeChart(rows []outcomeRow, window string) chart {
-	c := chart{W: 640, H: 170, PlotX: 56, PlotY: 146, PlotW: 574, Label: "Copies handled by outcome, over the last " + window}
+	c := chart{W: 480, H: 170, PlotX: 40, PlotY: 146, PlotW: 430, Label: "Copies handled by outcome, over the last " + window}
 	top := 1.0
 	for _, r := range rows {
 		top = max(top, r.Recent)
