@@ -274,7 +274,9 @@ func (cn *Console) begin(c echo.Context) (*request, error) {
 			return nil, errForbidden
 		}
 	}
-	if now.Sub(r.session.SeenAt) >= touchEvery {
+	// Touched often enough that a session in use never looks idle, however
+	// short the idle timeout.
+	if now.Sub(r.session.SeenAt) >= min(touchEvery, cn.cfg.IdleTimeout/4) {
 		if err := cn.sessions.TouchSession(ctx, r.session.IDHash, now); err != nil {
 			return nil, err
 		}

@@ -80,8 +80,8 @@ func (cn *Console) actOnDeadLetters(r *request) error {
 		}
 	case "delete":
 		done = "deleted"
-		if len(ids) > delivery.MaxReplay {
-			ids = ids[:delivery.MaxReplay]
+		if len(ids) > pageSize { // the form lists one page
+			ids = ids[:pageSize]
 		}
 		for _, id := range ids {
 			if err = r.api.do(http.MethodDelete, r.subPath("dead-letters", id), nil, nil); err != nil {
