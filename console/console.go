@@ -92,6 +92,9 @@ func (cn *Console) Routes(e *echo.Echo) {
 	// handler is wrapped instead.
 	g := e.Group("/console")
 	g.GET("/static/*", cn.plain(func(c echo.Context) error {
+		if strings.HasSuffix(c.Request().URL.Path, "/") {
+			return cn.renderError(c, http.StatusNotFound, "There is no such page.") // no listing
+		}
 		c.Response().Header().Set(echo.HeaderCacheControl, "public, max-age=300")
 		cn.static.ServeHTTP(c.Response(), c.Request())
 		return nil

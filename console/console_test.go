@@ -391,3 +391,20 @@ func TestConsoleEnabledSetting(t *testing.T) {
 		t.Errorf("by default: GET /console/login → %d", status)
 	}
 }
+
+// TestStaticFiles: the console's script and style sheet are served with
+// their types, cacheable, and the directory is not listed.
+func TestStaticFiles(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t, store.SQLite, true)
+	b := h.browser()
+	for path, typ := range map[string]string{"/console/static/console.css": "text/css", "/console/static/console.js": "text/javascript"} {
+		p := b.get(path)
+		want(t, p, http.StatusOK)
+		if ct := p.Header.Get("Content-Type"); !strings.HasPrefix(ct, typ) || p.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Errorf("%s: Content-Type %q, nosniff %q", path, ct, p.Header.Get("X-Content-Type-Options"))
+		}
+	}
+	want(t, b.get("/console/static/"), http.StatusNotFound)
+	want(t, b.get("/console/static/nope.js"), http.StatusNotFound)
+}
