@@ -399,7 +399,7 @@ func TestBrowser(t *testing.T) {
 		t.Errorf("on a phone the timeline is %d px wider than the screen", w)
 	}
 	c.shot("timeline-phone")
-	c.step("desktop", chromedp.EmulateReset())
+	c.step("desktop", chromedp.EmulateViewport(1280, 900))
 
 	// A publisher key, made in the console and shown once.
 	c.open("/console/api-keys", http.StatusOK)

@@ -230,7 +230,7 @@ func (cn *Console) page(h func(*request) error) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		secureHeaders(c)
 		r, err := cn.begin(c)
-		if err != nil || r == nil {
+		if err != nil {
 			return cn.fail(c, err)
 		}
 		if err := h(r); err != nil {
