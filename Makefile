@@ -18,8 +18,9 @@ build: ## build bin/messaging-api
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/messaging-api
 
 .PHONY: run
-run: ## run the service with the embedded defaults (SQLite file, in-process broker) on :8080; push URLs may be on loopback
+run: ## run the service with the embedded defaults (SQLite file, in-process broker) on :8080, with the web console at /console/; push URLs may be on loopback
 	@$(build_quietly)
+	@addr="$${HTTP_ADDR:-:8080}"; printf '\n  The web console: http://localhost:%s/console/ (sign in with an API key)\n\n' "$${addr##*:}"
 	PUSH_ALLOWED_CIDRS=$${PUSH_ALLOWED_CIDRS:-127.0.0.0/8,::1/128} $(BIN) serve
 
 .PHONY: run-artemis

@@ -19,6 +19,7 @@ import (
 
 	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/console"
 	"github.com/roomhub/messaging-api/metrics"
 	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/pull"
@@ -107,10 +108,11 @@ type App struct {
 	metrics *metrics.Metrics
 	handler *echo.Echo
 
-	relay  *outbox.Relay
-	purger *outbox.Purger   // nil without the API
-	push   *push.Dispatcher // nil unless the role delivers
-	pull   *pull.Service    // nil without the API
+	relay   *outbox.Relay
+	purger  *outbox.Purger   // nil without the API
+	console *console.Console // nil without the API or when turned off
+	push    *push.Dispatcher // nil unless the role delivers
+	pull    *pull.Service    // nil without the API
 }
 
 // New builds the process of role from cfg over db and b.
@@ -134,6 +136,9 @@ func New(cfg Config, role Role, db *store.DB, b broker.Broker, logger *slog.Logg
 		})
 	}
 	a.handler, a.pull = NewHandler(cfg, logger, db, b, relay, withAPI, m)
+	if withAPI && cfg.Console.Enabled {
+		a.console = NewConsole(cfg, logger, db, a.handler, m)
+	}
 	return a
 }
 
@@ -178,6 +183,10 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	if a.pull != nil {
 		wg.Go(func() { a.pull.RunReaper(workCtx, 500*time.Millisecond) })
+	}
+	if a.console != nil {
+		a.logger.Info("web console", slog.String("url", ConsoleURL(a.cfg.HTTP.Addr)))
+		wg.Go(func() { a.console.Run(workCtx) })
 	}
 	if a.push != nil {
 		// The dispatcher stops with ctx: it finishes in-flight deliveries

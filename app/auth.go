@@ -68,8 +68,12 @@ func prepareAuth(ctx context.Context, cfg Config, keys *auth.Service, logger *sl
 	fmt.Fprintf(stderr, "\n"+
 		"  A first admin API key was made (%s). It is shown only now; keep it:\n\n"+
 		"    export API_KEY=%s\n\n"+
-		"  Send it as \"Authorization: Bearer $API_KEY\". More keys: POST /v1/api-keys or `messaging-api apikey create`.\n\n",
+		"  Send it as \"Authorization: Bearer $API_KEY\". More keys: POST /v1/api-keys or `messaging-api apikey create`.\n",
 		k.ID, token)
+	if cfg.Console.Enabled {
+		fmt.Fprintf(stderr, "  Or sign in with it to the web console: %s\n", ConsoleURL(cfg.HTTP.Addr))
+	}
+	fmt.Fprintln(stderr)
 	return nil
 }
 

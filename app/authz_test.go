@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strconv"
 	"strings"
@@ -482,5 +484,62 @@ func TestLimits(t *testing.T) {
 	apptest.Want(t, r, http.StatusConflict)
 	if !strings.Contains(string(r.Body), "ROOM_MAX_SUBSCRIPTIONS") {
 		t.Errorf("cap reached: %s", r.Body)
+	}
+}
+
+// TestProbes: a request carrying a key's id as a console session's
+// (auth.WithSessionKey) is authorized as the key's token would be, and a probe
+// (auth.WithProbe) answers 204 exactly where the route's rule admits the
+// key, without running the handler.
+func TestProbes(t *testing.T) {
+	t.Parallel()
+	f := newAuthFixture(t, store.SQLite)
+	srv, _ := app.NewHandler(authConfig(), slog.New(slog.DiscardHandler), f.DB, &apptest.Queues{}, apptest.IdleRelay{}, true, metrics.New(metrics.Options{}))
+	ids := map[rune]uuid.UUID{}
+	for _, role := range "amps" {
+		r := f.as(string(role), "GET", "/v1/api-keys/current", nil)
+		apptest.Want(t, r, http.StatusOK)
+		ids[role] = uuid.MustParse(r.JSON(t)["id"].(string))
+	}
+	call := func(ctx context.Context, method, path string) int {
+		req := httptest.NewRequestWithContext(ctx, method, path, nil)
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	routes := slices.Sorted(maps.Keys(routeAccess))
+	for _, route := range routes {
+		access := routeAccess[route]
+		scoped := strings.Contains(route, ":roomId")
+		for _, role := range "amps" {
+			for _, inside := range []bool{true, false} {
+				if !inside && !scoped {
+					continue
+				}
+				method, path, _ := f.request(t, route, inside)
+				allowed := strings.ContainsRune(access, role) && (inside || role == 'a')
+				got := call(auth.WithProbe(auth.WithSessionKey(context.Background(), ids[role])), method, path)
+				if allowed != (got == http.StatusNoContent) || !allowed && got != http.StatusForbidden {
+					t.Errorf("probe of %s by a %c key, inside=%v: %d, allowed=%v", route, role, inside, got, allowed)
+				}
+			}
+		}
+	}
+	// The probe ran no handler: the room is still there.
+	if got := call(auth.WithProbe(auth.WithSessionKey(context.Background(), ids['a'])), "DELETE", "/v1/rooms/"+f.roomB+"?force=true"); got != http.StatusNoContent {
+		t.Fatalf("probe of DELETE: %d", got)
+	}
+	apptest.Want(t, f.as("a", "GET", "/v1/rooms/"+f.roomB, nil), http.StatusOK)
+
+	// A session of an unknown or revoked key is refused like its token.
+	if got := call(auth.WithSessionKey(context.Background(), uuid.New()), "GET", "/v1/rooms"); got != http.StatusUnauthorized {
+		t.Errorf("unknown session key: %d, want 401", got)
+	}
+	// Revoked through the same process, whose cache forgets the key at once.
+	if got := call(auth.WithSessionKey(context.Background(), ids['a']), "DELETE", "/v1/api-keys/"+ids['m'].String()); got != http.StatusOK {
+		t.Fatalf("revoke: %d", got)
+	}
+	if got := call(auth.WithSessionKey(context.Background(), ids['m']), "GET", "/v1/rooms"); got != http.StatusUnauthorized {
+		t.Errorf("session key of a revoked key: %d, want 401", got)
 	}
 }

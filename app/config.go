@@ -13,6 +13,7 @@ import (
 
 	"github.com/roomhub/messaging-api/auth"
 	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/console"
 	"github.com/roomhub/messaging-api/netguard"
 	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/push"
@@ -49,6 +50,13 @@ type Config struct {
 	CatalogCacheTTL time.Duration
 	Limits          LimitsConfig
 	Metrics         MetricsConfig
+	Console         ConsoleConfig
+}
+
+// ConsoleConfig configures the web console.
+type ConsoleConfig struct {
+	Enabled bool
+	console.Config
 }
 
 // PushAuthConfig is PUSH_AUTH_KEY and PUSH_AUTH_OLD_KEYS.
@@ -239,6 +247,13 @@ var settings = []setting{
 		c.Metrics.RoomLabel = b
 		return err
 	}},
+	{"CONSOLE_ENABLED", "console", "true", "serve the web console at /console/ (API processes; sign in with an API key)", func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		c.Console.Enabled = b
+		return err
+	}},
+	{"CONSOLE_SESSION_IDLE", "console-session-idle", "30m", "a console session not used for this long ends", sessionLifetime(func(c *Config) *time.Duration { return &c.Console.IdleTimeout })},
+	{"CONSOLE_SESSION_MAX", "console-session-max", "12h", "a console session ends this long after sign-in, used or not (at least CONSOLE_SESSION_IDLE)", sessionLifetime(func(c *Config) *time.Duration { return &c.Console.MaxLifetime })},
 	{"HTTP_BODY_LIMIT", "body-limit", "1048576", "largest request body in bytes", func(c *Config, v string) error {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < 1024 {
@@ -283,6 +298,18 @@ func intInto(lo, hi int, field func(*Config) *int) func(*Config, string) error {
 			return fmt.Errorf("must be an integer from %d to %d", lo, hi)
 		}
 		*field(c) = n
+		return nil
+	}
+}
+
+// sessionLifetime reads a console session lifetime: a minute to 30 days.
+func sessionLifetime(field func(*Config) *time.Duration) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < time.Minute || d > 30*24*time.Hour {
+			return errors.New("must be a duration from 1m to 720h, such as 30m")
+		}
+		*field(c) = d
 		return nil
 	}
 }
@@ -334,6 +361,9 @@ func LoadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 			errs = append(errs, fmt.Errorf("%s (%s=%q): %w", s.env, from, s.shown(v), err))
 		}
 	}
+	if len(errs) == 0 && cfg.Console.IdleTimeout > cfg.Console.MaxLifetime {
+		errs = append(errs, fmt.Errorf("CONSOLE_SESSION_IDLE (%v) must not exceed CONSOLE_SESSION_MAX (%v)", cfg.Console.IdleTimeout, cfg.Console.MaxLifetime))
+	}
 	return cfg, errors.Join(errs...)
 }
 
@@ -359,6 +389,9 @@ func (c Config) LogValue() slog.Value {
 		slog.Int("publish_max_payload", c.Limits.MaxPayload),
 		slog.Int("room_max_subscriptions", c.Limits.MaxRoomSubscriptions),
 		slog.Bool("metrics_room_label", c.Metrics.RoomLabel),
+		slog.Bool("console_enabled", c.Console.Enabled),
+		slog.Duration("console_session_idle", c.Console.IdleTimeout),
+		slog.Duration("console_session_max", c.Console.MaxLifetime),
 	)
 }
 

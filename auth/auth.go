@@ -228,6 +228,7 @@ func (s *Service) Revoke(ctx context.Context, ref string) (Key, error) {
 	}
 	s.mu.Lock()
 	delete(s.cache, k.Hash)
+	delete(s.cache, "id:"+k.ID.String())
 	s.mu.Unlock()
 	return k, nil
 }
@@ -252,13 +253,26 @@ func (s *Service) Authenticate(ctx context.Context, header string) (Key, error) 
 		return Key{}, errBadKey
 	}
 	hash := HashToken(token)
+	return s.lookup(ctx, hash, func() (Key, error) { return s.store.KeyByHash(ctx, hash) })
+}
+
+// AuthenticateID finds the active key whose id is id: the key behind a
+// console session, which holds the key's id and never its token. It answers
+// as Authenticate does, so a revoked or expired key ends its sessions.
+func (s *Service) AuthenticateID(ctx context.Context, id uuid.UUID) (Key, error) {
+	return s.lookup(ctx, "id:"+id.String(), func() (Key, error) { return s.store.Key(ctx, id) })
+}
+
+// lookup answers from the cache entry under name, loading it with load when
+// it is missing or older than CacheTTL.
+func (s *Service) lookup(ctx context.Context, name string, load func() (Key, error)) (Key, error) {
 	now := s.now()
 	s.mu.Lock()
-	c, hit := s.cache[hash]
+	c, hit := s.cache[name]
 	s.mu.Unlock()
 	if !hit || now.After(c.until) {
 		c = cached{until: now.Add(CacheTTL)}
-		c.key, c.err = s.store.KeyByHash(ctx, hash)
+		c.key, c.err = load()
 		if errors.Is(c.err, api.ErrUnavailable) {
 			return Key{}, c.err // not cached: the next request tries again
 		}
@@ -266,7 +280,7 @@ func (s *Service) Authenticate(ctx context.Context, header string) (Key, error) 
 		if len(s.cache) >= 10000 {
 			clear(s.cache) // bounded: random tokens cannot grow it forever
 		}
-		s.cache[hash] = c
+		s.cache[name] = c
 		s.mu.Unlock()
 	}
 	if c.err != nil {

@@ -199,3 +199,47 @@ func TestImportBootstrapKey(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestAuthenticateID: a console session's key id authenticates like its
+// token, cached alike, and a revoked or expired key ends it.
+func TestAuthenticateID(t *testing.T) {
+	t.Parallel()
+	clk := newClock()
+	st := &memStore{keys: map[uuid.UUID]Key{}}
+	svc := NewService(st, noRooms{}, clk.now)
+	expiry := clk.now().Add(time.Hour)
+	k, _, err := svc.Create(context.Background(), Spec{Name: "ops", Role: api.RoleAdmin, ExpiresAt: &expiry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		got, err := svc.AuthenticateID(context.Background(), k.ID)
+		if err != nil || got.ID != k.ID {
+			t.Fatalf("AuthenticateID = %v, %v", got.ID, err)
+		}
+	}
+	if st.hits != 0 {
+		t.Errorf("an id lookup read keys by hash")
+	}
+	if _, err := svc.AuthenticateID(context.Background(), uuid.New()); !errors.Is(err, api.ErrUnauthorized) {
+		t.Errorf("unknown id: %v, want unauthorized", err)
+	}
+	clk.advance(time.Hour)
+	if _, err := svc.AuthenticateID(context.Background(), k.ID); !errors.Is(err, api.ErrUnauthorized) {
+		t.Errorf("expired key: %v, want unauthorized", err)
+	}
+
+	k2, _, err := svc.Create(context.Background(), Spec{Name: "ops2", Role: api.RoleAdmin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.AuthenticateID(context.Background(), k2.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.Revoke(context.Background(), k2.ID.String()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.AuthenticateID(context.Background(), k2.ID); !errors.Is(err, api.ErrUnauthorized) {
+		t.Errorf("revoked key still authenticates its sessions on the revoking process: %v", err)
+	}
+}

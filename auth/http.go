@@ -19,7 +19,8 @@ func (svc *Service) Routes(g *echo.Group) {
 	Handle(g, http.MethodDelete, "/api-keys/:keyId", svc.revoke, Admins())
 }
 
-type grantBody struct {
+// GrantBody is a room grant of a key, in requests and answers.
+type GrantBody struct {
 	RoomID     string   `json:"roomId"`
 	EventTypes []string `json:"eventTypes,omitempty"`
 }
@@ -28,18 +29,20 @@ type createRequest struct {
 	Name             string      `json:"name"`
 	Role             string      `json:"role"`
 	Subject          string      `json:"subject"`
-	Rooms            []grantBody `json:"rooms"`
+	Rooms            []GrantBody `json:"rooms"`
 	PublishRateLimit *float64    `json:"publishRateLimit"`
 	PublishBurst     *int        `json:"publishBurst"`
 	ExpiresAt        *time.Time  `json:"expiresAt"`
 }
 
-type keyResponse struct {
+// KeyResponse is an API key as the API shows it: never its token but in the
+// answer that creates it.
+type KeyResponse struct {
 	ID               string      `json:"id"`
 	Name             string      `json:"name"`
 	Role             string      `json:"role"`
 	Subject          string      `json:"subject"`
-	Rooms            []grantBody `json:"rooms"`
+	Rooms            []GrantBody `json:"rooms"`
 	PublishRateLimit *float64    `json:"publishRateLimit"`
 	PublishBurst     *int        `json:"publishBurst"`
 	Prefix           string      `json:"prefix"`
@@ -50,14 +53,14 @@ type keyResponse struct {
 	Key string `json:"key,omitempty"`
 }
 
-func toResponse(k Key) keyResponse {
-	r := keyResponse{
-		ID: k.ID.String(), Name: k.Name, Role: k.Role, Subject: k.Subject, Rooms: []grantBody{},
+func toResponse(k Key) KeyResponse {
+	r := KeyResponse{
+		ID: k.ID.String(), Name: k.Name, Role: k.Role, Subject: k.Subject, Rooms: []GrantBody{},
 		PublishRateLimit: k.PublishRateLimit, PublishBurst: k.PublishBurst, Prefix: k.Prefix,
 		CreatedAt: k.CreatedAt, ExpiresAt: k.ExpiresAt, RevokedAt: k.RevokedAt,
 	}
 	for _, g := range k.Rooms {
-		r.Rooms = append(r.Rooms, grantBody{RoomID: g.RoomID.String(), EventTypes: g.EventTypes})
+		r.Rooms = append(r.Rooms, GrantBody{RoomID: g.RoomID.String(), EventTypes: g.EventTypes})
 	}
 	return r
 }
@@ -92,7 +95,7 @@ func (svc *Service) list(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out := api.List[keyResponse]{Items: make([]keyResponse, len(ks))}
+	out := api.List[KeyResponse]{Items: make([]KeyResponse, len(ks))}
 	for i, k := range ks {
 		out.Items[i] = toResponse(k)
 	}

@@ -102,7 +102,8 @@ type guard struct {
 }
 
 // enforce applies r to a request Middleware authenticated. Without a guard
-// authentication is off (AUTH_DISABLED) and every route is open.
+// authentication is off (AUTH_DISABLED) and every route is open. A probe
+// (WithProbe) that the rule admits ends here.
 func (r Rule) enforce(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if g, ok := c.Get(guardKey).(guard); ok {
@@ -110,17 +111,28 @@ func (r Rule) enforce(next echo.HandlerFunc) echo.HandlerFunc {
 				return err
 			}
 		}
+		if probing(c.Request().Context()) {
+			return c.NoContent(http.StatusNoContent)
+		}
 		return next(c)
 	}
 }
 
-// Middleware authenticates every request it wraps, known route or not; each
-// route's own Rule (declared with Handle) then authorizes it.
+// Middleware authenticates every request it wraps, known route or not, by
+// its Authorization header, or by the session key its context carries
+// (WithSessionKey); each route's own Rule (declared with Handle) then
+// authorizes it.
 func (svc *Service) Middleware(res Resolver) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			req := c.Request()
-			key, err := svc.Authenticate(req.Context(), req.Header.Get(echo.HeaderAuthorization))
+			var key Key
+			var err error
+			if id, ok := sessionKeyID(req.Context()); ok {
+				key, err = svc.AuthenticateID(req.Context(), id)
+			} else {
+				key, err = svc.Authenticate(req.Context(), req.Header.Get(echo.HeaderAuthorization))
+			}
 			if err != nil {
 				return err
 			}

@@ -29,7 +29,6 @@ const MaxReplay = 500
 // item of the deliveries list.
 type Record struct {
 	message.Send
-	Latency       time.Duration
 	ResponseBody  string
 	NextAttemptAt time.Time
 }

@@ -106,8 +106,10 @@ type Send struct {
 	SentAt         time.Time // zero while pending
 	Status         Status
 	StatusCode     int // HTTP status of a push attempt, 0 if none
-	Error          string
-	CompletedAt    time.Time
+	// Latency is how long the push request of this attempt took; 0 if none.
+	Latency     time.Duration
+	Error       string
+	CompletedAt time.Time
 }
 
 // Encode builds the broker message for the send s of the event ev. A

@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 )
 
 const namespace = "messaging"
@@ -284,4 +285,52 @@ func method(m string) string {
 		return m
 	}
 	return "other"
+}
+
+// Totals are counts since the process started, for the console's dashboard.
+type Totals struct {
+	// Published is the events accepted.
+	Published float64
+	// Outcomes counts what became of each copy (push and pull together), by
+	// outcome: delivered, retried, dead_lettered, expired, refused, dropped.
+	Outcomes map[string]float64
+}
+
+// Totals reads the counters of the dashboard from the process's registry.
+func (m *Metrics) Totals() Totals {
+	t := Totals{Outcomes: map[string]float64{}}
+	for _, s := range counterValues(m.published) {
+		t.Published += s.value
+	}
+	for _, s := range counterValues(m.deliveries) {
+		t.Outcomes[s.labels["outcome"]] += s.value
+	}
+	return t
+}
+
+type counterSample struct {
+	labels map[string]string
+	value  float64
+}
+
+// counterValues reads every series of a counter vector.
+func counterValues(c prometheus.Collector) []counterSample {
+	ch := make(chan prometheus.Metric, 64)
+	go func() {
+		c.Collect(ch)
+		close(ch)
+	}()
+	var out []counterSample
+	for m := range ch {
+		var d dto.Metric
+		if m.Write(&d) != nil || d.GetCounter() == nil {
+			continue
+		}
+		s := counterSample{labels: map[string]string{}, value: d.GetCounter().GetValue()}
+		for _, l := range d.GetLabel() {
+			s.labels[l.GetName()] = l.GetValue()
+		}
+		out = append(out, s)
+	}
+	return out
 }

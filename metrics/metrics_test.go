@@ -63,3 +63,18 @@ func TestMethodLabelBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestTotals: the dashboard's totals add up every room and subscription type.
+func TestTotals(t *testing.T) {
+	t.Parallel()
+	m := New(Options{RoomLabel: true})
+	m.Published("a", 2, nil)
+	m.Published("b", 3, nil)
+	m.Handled("push", "delivered", 1, time.Second)
+	m.Handled("pull", "delivered", 1, time.Second)
+	m.Handled("push", "retried", 1, 0)
+	got := m.Totals()
+	if got.Published != 5 || got.Outcomes["delivered"] != 2 || got.Outcomes["retried"] != 1 || got.Outcomes["expired"] != 0 {
+		t.Errorf("Totals = %+v", got)
+	}
+}

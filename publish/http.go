@@ -132,6 +132,7 @@ type AttemptResponse struct {
 	SentAt         *time.Time     `json:"sentAt"`
 	Status         message.Status `json:"status"`
 	StatusCode     *int           `json:"statusCode"`
+	Latency        *int64         `json:"latency,omitempty"`
 	Error          string         `json:"error,omitempty"`
 	CompletedAt    *time.Time     `json:"completedAt"`
 }
@@ -188,10 +189,15 @@ func toEventResponse(e message.Event, sends []message.Send) EventResponse {
 			v := s.StatusCode
 			code = &v
 		}
+		var latency *int64
+		if s.Latency > 0 || s.StatusCode != 0 {
+			ms := s.Latency.Milliseconds()
+			latency = &ms
+		}
 		r.Deliveries[i].Attempts = append(r.Deliveries[i].Attempts, AttemptResponse{
 			ID: s.ID.String(), Attempt: s.Attempt, ScheduledDelay: s.ScheduledDelay.Milliseconds(),
 			CreatedAt: s.CreatedAt, SentAt: optTime(s.SentAt), Status: s.Status, StatusCode: code,
-			Error: s.Error, CompletedAt: optTime(s.CompletedAt),
+			Latency: latency, Error: s.Error, CompletedAt: optTime(s.CompletedAt),
 		})
 	}
 	return r

@@ -181,6 +181,9 @@ func (r sendRow) domain() message.Send {
 	if r.StatusCode != nil {
 		s.StatusCode = *r.StatusCode
 	}
+	if r.LatencyMs != nil {
+		s.Latency = time.Duration(*r.LatencyMs) * time.Millisecond
+	}
 	return s
 }
 

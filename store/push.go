@@ -379,9 +379,6 @@ func (s *Push) Deliveries(ctx context.Context, subscriptionID uuid.UUID, limit i
 	out := make([]delivery.Record, len(rows))
 	for i, r := range rows {
 		out[i] = delivery.Record{Send: r.domain(), ResponseBody: r.ResponseBody, NextAttemptAt: timeVal(r.NextAttemptAt)}
-		if r.LatencyMs != nil {
-			out[i].Latency = time.Duration(*r.LatencyMs) * time.Millisecond
-		}
 	}
 	return out, nil
 }
