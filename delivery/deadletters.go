@@ -33,9 +33,19 @@ type Record struct {
 	NextAttemptAt time.Time
 }
 
+// Filter narrows a subscription's dead letters; its zero value takes all.
+type Filter struct {
+	Reason    string    // one of the Reason constants
+	EventType string    // the event type's identifier
+	Since     time.Time // dead-lettered at or after
+	Until     time.Time // dead-lettered before
+}
+
 // Store stores dead letters and reads the delivery log.
 type Store interface {
-	DeadLetters(ctx context.Context, subscriptionID uuid.UUID, limit int, after uuid.UUID) ([]DeadLetter, error)
+	// DeadLetters lists a subscription's dead letters that f takes, in id
+	// order, after the id after.
+	DeadLetters(ctx context.Context, subscriptionID uuid.UUID, f Filter, limit int, after uuid.UUID) ([]DeadLetter, error)
 	DeadLetter(ctx context.Context, subscriptionID, id uuid.UUID) (DeadLetter, error)
 	DeleteDeadLetter(ctx context.Context, subscriptionID, id uuid.UUID) error
 	// Replay deletes the dead letters ids and stores events with their sends,
@@ -203,12 +213,51 @@ func (s *Service) listRequest(c echo.Context) (subscriptions.Subscription, api.P
 	return sub, page, last, err
 }
 
+// maxEventTypeFilter bounds an eventType filter (identifiers are shorter).
+const maxEventTypeFilter = 200
+
+// checkFilter says what is wrong with f, naming each field by prefix+name.
+func checkFilter(f Filter, prefix string, probs *api.Problems) {
+	switch f.Reason {
+	case "", ReasonExhausted, ReasonPermanent, ReasonExpired, ReasonBrokerRefused:
+	default:
+		probs.Add(prefix+"reason", fmt.Sprintf("must be one of %s, %s, %s, %s", ReasonExhausted, ReasonPermanent, ReasonExpired, ReasonBrokerRefused))
+	}
+	if len(f.EventType) > maxEventTypeFilter {
+		probs.Add(prefix+"eventType", fmt.Sprintf("must be at most %d characters", maxEventTypeFilter))
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && !f.Since.Before(f.Until) {
+		probs.Add(prefix+"until", "must be later than since")
+	}
+}
+
+// filterQuery reads ?reason=, ?eventType=, ?since= and ?until= (RFC 3339).
+func filterQuery(c echo.Context) (Filter, error) {
+	f := Filter{Reason: c.QueryParam("reason"), EventType: c.QueryParam("eventType")}
+	var probs api.Problems
+	for name, at := range map[string]*time.Time{"since": &f.Since, "until": &f.Until} {
+		if v := c.QueryParam(name); v != "" {
+			t, err := time.Parse(time.RFC3339Nano, v)
+			if err != nil {
+				probs.Add(name, "must be a time in RFC 3339 form, such as 2026-01-02T15:04:05Z")
+			}
+			*at = t.UTC()
+		}
+	}
+	checkFilter(f, "", &probs)
+	return f, probs.Err()
+}
+
 func (s *Service) list(c echo.Context) error {
 	sub, page, after, err := s.listRequest(c)
 	if err != nil {
 		return err
 	}
-	dls, err := s.store.DeadLetters(c.Request().Context(), sub.ID, page.Limit, after)
+	f, err := filterQuery(c)
+	if err != nil {
+		return err
+	}
+	dls, err := s.store.DeadLetters(c.Request().Context(), sub.ID, f, page.Limit, after)
 	if err != nil {
 		return err
 	}
@@ -295,8 +344,24 @@ func (s *Service) replayOne(c echo.Context) error {
 }
 
 type replayRequest struct {
-	// IDs to replay; empty replays the oldest up to MaxReplay.
-	IDs []string `json:"ids"`
+	// IDs to replay; empty replays the oldest up to MaxReplay that the
+	// filter takes.
+	IDs       []string   `json:"ids"`
+	Reason    string     `json:"reason"`
+	EventType string     `json:"eventType"`
+	Since     *time.Time `json:"since"`
+	Until     *time.Time `json:"until"`
+}
+
+func (r replayRequest) filter() Filter {
+	f := Filter{Reason: r.Reason, EventType: r.EventType}
+	if r.Since != nil {
+		f.Since = r.Since.UTC()
+	}
+	if r.Until != nil {
+		f.Until = r.Until.UTC()
+	}
+	return f
 }
 
 func (s *Service) replayBulk(c echo.Context) error {
@@ -307,6 +372,15 @@ func (s *Service) replayBulk(c echo.Context) error {
 	if len(req.IDs) > MaxReplay {
 		return api.Invalid("ids", fmt.Sprintf("must list at most %d ids", MaxReplay))
 	}
+	var fprobs api.Problems
+	f := req.filter()
+	checkFilter(f, "", &fprobs)
+	if len(req.IDs) > 0 && f != (Filter{}) {
+		fprobs.Add("ids", "names dead letters: it cannot go with reason, eventType, since or until, which select them")
+	}
+	if err := fprobs.Err(); err != nil {
+		return err
+	}
 	room, sub, err := s.subscription(c)
 	if err != nil {
 		return err
@@ -314,7 +388,7 @@ func (s *Service) replayBulk(c echo.Context) error {
 	ctx := c.Request().Context()
 	var dls []DeadLetter
 	if len(req.IDs) == 0 {
-		if dls, err = s.store.DeadLetters(ctx, sub.ID, MaxReplay, uuid.Nil); err != nil {
+		if dls, err = s.store.DeadLetters(ctx, sub.ID, f, MaxReplay, uuid.Nil); err != nil {
 			return err
 		}
 	}

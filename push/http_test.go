@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -137,6 +138,71 @@ func messageLog(t *testing.T, a *apptest.API) map[string]publish.EventResponse {
 
 // checkReplayed checks a replay answer lists dls, in order, and that each
 // new event is in the message log: the dead letter's payload, correlation id
+
+// TestPushAPIDeadLetterFilters: the list and the bulk replay take the dead
+// letters of one reason, event type or time range, and refuse a bad filter
+// naming it.
+func TestPushAPIDeadLetterFilters(t *testing.T) {
+	t.Parallel()
+	apptest.ForEachDialect(t, func(t *testing.T, a *apptest.API) {
+		roomID := a.Seed(t)
+		subID := subscribe(t, a, "PUSH")["id"].(string)
+		base := "/v1/rooms/orders/subscriptions/" + subID + "/dead-letters"
+		dls := storeDeadLetters(t, a, roomID, subID, 7) // reasons: exhausted, permanent, expired, ...
+		ids := func(path string) []string {
+			t.Helper()
+			var out []string
+			for _, it := range deadLetters(t, a.Do("GET", path, nil)).Items {
+				out = append(out, it.ID)
+			}
+			return out
+		}
+		idsOf := func(is ...int) []string {
+			var out []string
+			for _, i := range is {
+				out = append(out, dls[i].ID.String())
+			}
+			return out
+		}
+		at := func(tm time.Time) string { return url.QueryEscape(tm.Format(time.RFC3339Nano)) }
+
+		if got, want := ids(base+"?reason=permanent_failure"), idsOf(1, 4); !slices.Equal(got, want) {
+			t.Errorf("reason=permanent_failure: %v, want %v", got, want)
+		}
+		if got := ids(base + "?eventType=order.created&limit=500"); len(got) != 7 {
+			t.Errorf("eventType=order.created: %d, want 7", len(got))
+		}
+		if got := ids(base + "?eventType=nope"); len(got) != 0 {
+			t.Errorf("eventType=nope: %v, want none", got)
+		}
+		if got := ids(base + "?since=" + at(dls[0].CreatedAt)); len(got) != 7 {
+			t.Errorf("since the first: %d, want 7", len(got))
+		}
+		if got := ids(base + "?until=" + at(dls[0].CreatedAt)); len(got) != 0 {
+			t.Errorf("until the first: %v, want none", got)
+		}
+		if got, want := ids(base+"?reason=expired&since="+at(dls[0].CreatedAt)+"&until="+at(dls[6].CreatedAt.Add(time.Second))), idsOf(2, 5); !slices.Equal(got, want) {
+			t.Errorf("expired in range: %v, want %v", got, want)
+		}
+		for query, field := range map[string]string{
+			"?reason=bogus": "reason", "?since=yesterday": "since", "?eventType=" + strings.Repeat("x", 201): "eventType",
+			"?since=" + at(dls[1].CreatedAt) + "&until=" + at(dls[1].CreatedAt): "until",
+		} {
+			apptest.WantField(t, a.Do("GET", base+query, nil), field)
+		}
+
+		// The bulk replay takes the same filter, and not with ids.
+		apptest.WantField(t, a.Do("POST", base+":replay", map[string]any{"ids": idsOf(0), "reason": "expired"}), "ids")
+		apptest.WantField(t, a.Do("POST", base+":replay", map[string]any{"reason": "nope"}), "reason")
+		r := a.Do("POST", base+":replay", map[string]any{"reason": "expired"})
+		apptest.Want(t, r, http.StatusAccepted)
+		checkReplayed(t, a, r, subID, dls[2], dls[5])
+		if got, want := ids(base), idsOf(0, 1, 3, 4, 6); !slices.Equal(got, want) {
+			t.Errorf("after replaying the expired ones: %v, want %v", got, want)
+		}
+	})
+}
+
 // and attributes, sent to the subscription only, from attempt 1.
 func checkReplayed(t *testing.T, a *apptest.API, r apptest.Response, subID string, dls ...delivery.DeadLetter) {
 	t.Helper()
@@ -604,7 +670,7 @@ func TestPushAPIEdgeCases(t *testing.T) {
 	// Deleting the subscription deletes its dead letters.
 	apptest.Want(t, a.Do("PATCH", "/v1/rooms/orders", `{"status":"ACTIVE"}`), http.StatusOK)
 	apptest.Want(t, a.Do("DELETE", base, nil), http.StatusNoContent)
-	left, err := a.DB.Push().DeadLetters(context.Background(), dls[0].SubscriptionID, 10, uuid.Nil)
+	left, err := a.DB.Push().DeadLetters(context.Background(), dls[0].SubscriptionID, delivery.Filter{}, 10, uuid.Nil)
 	if err != nil || len(left) != 0 {
 		t.Errorf("dead letters left after deleting the subscription: %d, %v", len(left), err)
 	}

@@ -506,7 +506,7 @@ func TestOutboxRefusals(t *testing.T) {
 					t.Errorf("copy %d completed at %v", i, s.CompletedAt)
 				}
 			}
-			dls, err := db.Push().DeadLetters(ctx, sub.ID, 10, uuid.Nil)
+			dls, err := db.Push().DeadLetters(ctx, sub.ID, delivery.Filter{}, 10, uuid.Nil)
 			if err != nil {
 				t.Fatal(err)
 			}

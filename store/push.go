@@ -308,8 +308,20 @@ func (s *Push) ReleaseParked(ctx context.Context, subscription uuid.UUID, at tim
 }
 
 // DeadLetters implements delivery.Store.
-func (s *Push) DeadLetters(ctx context.Context, subscriptionID uuid.UUID, limit int, after uuid.UUID) ([]delivery.DeadLetter, error) {
+func (s *Push) DeadLetters(ctx context.Context, subscriptionID uuid.UUID, f delivery.Filter, limit int, after uuid.UUID) ([]delivery.DeadLetter, error) {
 	tx := s.tx(ctx).Where("subscription_id = ?", subscriptionID).Order("id")
+	if f.Reason != "" {
+		tx = tx.Where("reason = ?", f.Reason)
+	}
+	if f.EventType != "" {
+		tx = tx.Where("event_type = ?", f.EventType)
+	}
+	if !f.Since.IsZero() {
+		tx = tx.Where("created_at >= ?", f.Since)
+	}
+	if !f.Until.IsZero() {
+		tx = tx.Where("created_at < ?", f.Until)
+	}
 	if after != uuid.Nil {
 		tx = tx.Where("id > ?", after)
 	}
