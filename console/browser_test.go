@@ -232,9 +232,10 @@ func (c *chrome) path() string {
 // operator does: sign in, create a room, an event type and a version (one
 // refused first), a PUSH subscription to a receiver that fails twice,
 // publish from the console and watch the three attempts appear on the
-// timeline, dead-letter a message and replay it, make a publisher key,
-// sign out; the publisher then sees no management form; a POST without the
-// CSRF token is refused; no page breaks the Content-Security-Policy.
+// timeline, dead-letter a message and replay it, send a test event, make a
+// publisher key, sign out; the publisher then sees no management form; a
+// POST without the CSRF token is refused; no page breaks the
+// Content-Security-Policy.
 func TestBrowser(t *testing.T) {
 	t.Parallel()
 	exe := chromiumPath(t)
@@ -384,6 +385,25 @@ func TestBrowser(t *testing.T) {
 		c.open(room+"/subscriptions/"+dlSub, http.StatusOK)
 		return c.has(`td .st-delivered`)
 	})
+
+	// A test event from the subscription's page shows what came back; its
+	// settings form shows a credential's fields once its type is chosen.
+	c.open(room+"/subscriptions/"+dlSub, http.StatusOK)
+	c.submit("#send-test", http.StatusOK)
+	if got := c.text("#test-status"); got != "204" {
+		t.Errorf("the test event's HTTP status shown: %q", got)
+	}
+	c.shot("test-event")
+	c.open(room+"/subscriptions/"+dlSub+"/edit", http.StatusOK)
+	tokenShown := `!document.getElementById("f-pushAuth-token").closest("[data-when]").hidden`
+	if eval[bool](c, tokenShown) {
+		t.Error("the bearer token's field shows before bearer is chosen")
+	}
+	c.step("choose bearer", chromedp.Click(chromedp.ID("auth-bearer")))
+	if !eval[bool](c, tokenShown) {
+		t.Error("choosing bearer does not show the token's field")
+	}
+	c.shot("subscription-settings")
 
 	// The dashboard, after all this.
 	c.open("/console/", http.StatusOK)

@@ -56,11 +56,7 @@ func (f *form) Errors(name string) []string {
 	var out []string
 	for _, e := range f.Problem.Errors {
 		if names(name, e.Field) {
-			msg := e.Message
-			if e.Field != name {
-				msg = e.Field + ": " + msg
-			}
-			out = append(out, msg)
+			out = append(out, where(name, e)+e.Message)
 		}
 	}
 	return out
@@ -75,14 +71,39 @@ func (f *form) Whole(name string) []string {
 	}
 	var out []string
 	for _, e := range f.Problem.Errors {
-		switch {
-		case e.Field == name:
-			out = append(out, e.Message)
-		case strings.HasPrefix(e.Field, name+"."):
-			out = append(out, e.Field+": "+e.Message)
+		if e.Field == name || strings.HasPrefix(e.Field, name+".") {
+			out = append(out, where(name, e)+e.Message)
 		}
 	}
 	return out
+}
+
+// Own are the API's messages about name itself, not about a member of it
+// (which the member's own field shows).
+func (f *form) Own(name string) []string {
+	if f.Problem == nil {
+		return nil
+	}
+	var out []string
+	for _, e := range f.Problem.Errors {
+		if e.Field == name {
+			out = append(out, where(name, e)+e.Message)
+		}
+	}
+	return out
+}
+
+// where says which part of the field name an error concerns: its JSON
+// pointer when the API gives one (a part of a JSON value, such as an
+// attribute filter's condition), else the member it names.
+func where(name string, e api.FieldError) string {
+	switch {
+	case e.Pointer != "":
+		return e.Pointer + ": "
+	case e.Field != name:
+		return e.Field + ": "
+	}
+	return ""
 }
 
 // Invalid reports whether the API refused the field name.

@@ -35,7 +35,7 @@ type view struct {
 // is parsed with the layout and the shared pieces.
 var pageNames = []string{
 	"login", "error", "dashboard", "rooms", "room", "eventtype", "publish", "timeline", "messages",
-	"subscription_new", "subscription", "deadletters", "deadletter", "keys",
+	"subscription_form", "subscription", "deadletters", "deadletter", "keys",
 }
 
 func parsePages() map[string]*template.Template {
@@ -61,6 +61,8 @@ var funcs = template.FuncMap{
 	"float": func(v float64) string { return strconv.FormatFloat(v, 'g', -1, 64) },
 	"strp":  func(p *string) string { return optional(p, func(s string) string { return s }) },
 	"json":  prettyJSON,
+	// some reports whether raw holds a value: JSON null is none.
+	"some": func(raw json.RawMessage) bool { return len(raw) > 0 && string(raw) != "null" },
 	"fld": func(f *form, name, label, typ string, rest ...string) field {
 		fd := field{Form: f, Name: name, Label: label, Type: typ}
 		if len(rest) > 0 {
@@ -81,6 +83,23 @@ var funcs = template.FuncMap{
 			out = append(out, option{Value: c, Label: c})
 		}
 		return out
+	},
+	"req": func(f field) field {
+		f.Required = true
+		return f
+	},
+	"approvals": func() []option {
+		return []option{
+			{Value: string(rooms.ApprovalAutomatic), Label: "AUTOMATIC: new subscriptions start as asked"},
+			{Value: string(rooms.ApprovalManual), Label: "MANUAL: a subscriber's new subscriptions wait for the manager's approval"},
+		}
+	},
+	"inheritBool": func() []option {
+		return []option{{Value: "", Label: "(the room's)"}, {Value: "true", Label: "on"}, {Value: "false", Label: "off"}}
+	},
+	"authTypes": func() []option {
+		return []option{{Value: "none", Label: "none"}, {Value: "basic", Label: "basic: username and password"},
+			{Value: "bearer", Label: "bearer: a token"}, {Value: "headers", Label: "headers of your choosing"}}
 	},
 	"short": short,
 	"inc":   func(n int) int { return n + 1 },
@@ -160,15 +179,19 @@ func (r *request) view(title, nav string, data any) view {
 
 // flashes are the messages a redirect after a change may ask for (?done=).
 var flashes = map[string]string{
-	"room-created":       "The room was created.",
-	"room-updated":       "The room's settings were saved.",
-	"room-terminated":    "The room was terminated: it accepts no more events.",
-	"event-type-created": "The event type was created.",
-	"version-created":    "The version was created.",
-	"paused":             "The subscription is paused: its messages wait until it is resumed.",
-	"resumed":            "The subscription is active again.",
-	"terminated":         "The subscription was terminated.",
-	"replayed":           "The dead letters were replayed as new events.",
-	"deleted":            "The dead letters were deleted.",
-	"revoked":            "The API key was revoked.",
+	"room-created":         "The room was created.",
+	"room-updated":         "The room's settings were saved.",
+	"room-terminated":      "The room was terminated: it accepts no more events.",
+	"event-type-created":   "The event type was created.",
+	"version-created":      "The version was created.",
+	"paused":               "The subscription is paused: its messages wait until it is resumed.",
+	"resumed":              "The subscription is active again.",
+	"terminated":           "The subscription was terminated.",
+	"replayed":             "The dead letters were replayed as new events.",
+	"deleted":              "The dead letters were deleted.",
+	"revoked":              "The API key was revoked.",
+	"subscription-updated": "The subscription's settings were saved.",
+	"approved":             "The subscription was approved: it receives the events published from now on.",
+	"rejected":             "The subscription was rejected.",
+	"circuit-reset":        "The circuit was closed: deliveries go again.",
 }

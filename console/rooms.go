@@ -44,7 +44,7 @@ func (r *request) roomsPage(f *form, status int) error {
 func (cn *Console) createRoom(r *request) error {
 	f := newForm(r.formValues())
 	b := body{}
-	b.texts(f, omit, "identifier", "managerIdentifier")
+	b.texts(f, omit, "identifier", "managerIdentifier", "subscriptionApproval")
 	b.numbers(f, omit, "messageExpiration", "deliveryDelay", "deliveryDelayMultiplier", "deliveryAttempts")
 	var room rooms.RoomResponse
 	if err := r.api.do(http.MethodPost, "/v1/rooms", b, &room); err != nil {
@@ -71,6 +71,8 @@ type roomData struct {
 	EventTypes      []rooms.EventTypeResponse
 	Subs            []subscriptions.Response
 	SubsNext        string
+	Status          string // the subscriptions listed have it ("": all)
+	Statuses        []option
 	MayManage       bool // change the room, its event types
 	MayPublish      bool
 	MaySubs         bool // list and create subscriptions
@@ -108,7 +110,16 @@ func (r *request) roomPage(edit, newType *form, sched *schedule, status int) err
 	d.MayLog = r.api.may(http.MethodGet, roomPath(id, "messages"))
 	d.MaySubs = r.api.may(http.MethodGet, roomPath(id, "subscriptions"))
 	if d.MaySubs {
-		subs, err := list[subscriptions.Response](r, roomPath(id, "subscriptions"), r.listQuery(pageSize))
+		q := r.listQuery(pageSize)
+		if d.Status = r.QueryParam("status"); d.Status != "" {
+			q.Set("status", d.Status)
+		}
+		d.Statuses = []option{{Value: "", Label: "any"}}
+		for _, s := range []subscriptions.Status{subscriptions.StatusPending, subscriptions.StatusActive, subscriptions.StatusPaused,
+			subscriptions.StatusRejected, subscriptions.StatusTerminated} {
+			d.Statuses = append(d.Statuses, option{Value: string(s), Label: string(s)})
+		}
+		subs, err := list[subscriptions.Response](r, roomPath(id, "subscriptions"), q)
 		if err != nil {
 			return err
 		}
@@ -149,6 +160,16 @@ func roomValues(room rooms.RoomResponse) url.Values {
 	set("deliveryAttempts", strconv.Itoa(room.DeliveryAttempts))
 	set("maxDeliveryDelay", optInt64(room.MaxDeliveryDelay))
 	set("deliveryJitter", strconv.FormatFloat(room.DeliveryJitter, 'g', -1, 64))
+	set("subscriptionApproval", string(room.SubscriptionApproval))
+	cb := room.CircuitBreaker
+	if cb.Enabled {
+		v.Set("circuitBreaker.enabled", "on")
+	}
+	set("circuitBreaker.failureRate", strconv.FormatFloat(cb.FailureRate, 'g', -1, 64))
+	set("circuitBreaker.window", strconv.Itoa(cb.Window))
+	set("circuitBreaker.minimumAttempts", strconv.Itoa(cb.MinimumAttempts))
+	set("circuitBreaker.cooldown", strconv.FormatInt(cb.Cooldown, 10))
+	set("circuitBreaker.maxCooldown", strconv.FormatInt(cb.MaxCooldown, 10))
 	if p := room.RetryPolicy; p != nil {
 		v.Set("usePolicy", "on")
 		ints := map[string]*int{"retriesWithNoDelay": p.RetriesWithNoDelay, "minimumDelayRetries": p.MinimumDelayRetries,
@@ -205,8 +226,14 @@ func deliveryBody(f *form, ifBlank blank) body {
 func (cn *Console) updateRoom(r *request) error {
 	f := newForm(r.formValues())
 	b := deliveryBody(f, asNull)
-	b.texts(f, omit, "managerIdentifier")
+	b.texts(f, omit, "managerIdentifier", "subscriptionApproval")
 	b.numbers(f, asNull, "messageExpiration")
+	// Only a form that showed the breaker's fields changes it: an unticked
+	// box sends nothing, which must not read as "off" from another form.
+	if f.Checked("circuitBreakerShown") {
+		b.set("circuitBreaker.enabled", f.Checked("circuitBreaker.enabled"))
+		b.numbers(f, omit, circuitFields...)
+	}
 	if err := r.api.do(http.MethodPatch, roomPath(r.Param("room")), b, nil); err != nil {
 		if p := refusal(err); p != nil {
 			return r.roomPage(f.refused(p), nil, nil, p.Status)

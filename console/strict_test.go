@@ -6,7 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/app/apptest"
+	"github.com/roomhub/messaging-api/auth"
 	"github.com/roomhub/messaging-api/store"
 )
 
@@ -86,6 +88,20 @@ func TestEveryPageIsStrict(t *testing.T) {
 	apptest.Want(t, h.as(h.Admin, "POST", "/v1/rooms/orders/event-types/order.created/versions", `{"schema":`+apptest.OrderSchema+`}`), http.StatusCreated)
 	apptest.Want(t, h.as(h.Admin, "POST", "/v1/rooms/orders/subscriptions", map[string]any{"type": "PULL",
 		"eventTypes": []any{map[string]any{"eventType": "order.created"}}}), http.StatusCreated)
+	// A PUSH subscription with every setting the console shows, and a
+	// subscriber's PENDING one in a room that approves by hand.
+	apptest.Want(t, h.as(h.Admin, "POST", "/v1/rooms/orders/subscriptions", map[string]any{"type": "PUSH",
+		"pushUrl": "http://127.0.0.1:9/hook", "eventTypes": []any{map[string]any{"eventType": "order.created"}},
+		"attributeFilter": map[string]any{"region": []any{"eu"}}, "maxDeliveryRate": 5,
+		"pushAuth":       map[string]any{"type": "basic", "username": "u", "password": "p"},
+		"circuitBreaker": map[string]any{"cooldown": 2000}}), http.StatusCreated)
+	apptest.Want(t, h.as(h.Admin, "PATCH", "/v1/rooms/orders", map[string]any{"subscriptionApproval": "MANUAL"}), http.StatusOK)
+	_, subToken, err := h.keysCreate(auth.Spec{Name: "sub", Role: api.RoleSubscriber, Subject: "team-s", Rooms: []auth.GrantSpec{{Room: "orders"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	apptest.Want(t, h.as(subToken, "POST", "/v1/rooms/orders/subscriptions", map[string]any{"type": "PUSH",
+		"pushUrl": "http://127.0.0.1:9/hook", "eventTypes": []any{map[string]any{"eventType": "order.created"}}}), http.StatusCreated)
 	apptest.Want(t, h.as(h.Admin, "POST", "/v1/rooms/orders/messages", map[string]any{"eventType": "order.created",
 		"payload": map[string]any{"orderId": "<script>alert(1)</script>"}}), http.StatusAccepted)
 	b := h.browser()
@@ -94,7 +110,7 @@ func TestEveryPageIsStrict(t *testing.T) {
 
 	seen := map[string]bool{}
 	queue := []string{"/console/", "/console/messages?room=orders", "/console/rooms/orders/publish",
-		"/console/no-such-page"}
+		"/console/rooms/orders?status=PENDING", "/console/no-such-page"}
 	for len(queue) > 0 && len(seen) < 60 {
 		path := queue[0]
 		queue = queue[1:]
@@ -121,6 +137,17 @@ func TestEveryPageIsStrict(t *testing.T) {
 		if !seen[must] {
 			t.Errorf("the crawl never reached %s", must)
 		}
+	}
+	forms := map[string]int{}
+	for path := range seen {
+		for _, suffix := range []string{"/subscriptions/new", "/edit"} {
+			if strings.HasSuffix(path, suffix) {
+				forms[suffix]++
+			}
+		}
+	}
+	if forms["/subscriptions/new"] != 1 || forms["/edit"] != 3 {
+		t.Errorf("the crawl reached the subscription forms %v, want the new one and the settings of all 3", forms)
 	}
 	if len(seen) < 10 {
 		t.Errorf("the crawl reached only %d pages: %v", len(seen), seen)
