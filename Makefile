@@ -128,6 +128,16 @@ fmt: ## format the code
 migrate: ## apply migrations to DATABASE_URL and exit
 	$(GO) run ./cmd/messaging-api migrate
 
+# deploy-check validates deploy/kubernetes/ offline against the Kubernetes
+# schemas bundled in the PyPI package kubernetes-validate (installed into
+# .local/kv on first use, the only step that needs the network).
+KUBE_VALIDATE_VERSION ?= 1.37.0
+KUBE_VERSION          ?= 1.35.0
+
+.PHONY: deploy-check
+deploy-check: ## validate deploy/kubernetes/ strictly against the Kubernetes schemas (KUBE_VERSION), offline, with kubernetes-validate
+	@KUBE_VALIDATE_VERSION='$(KUBE_VALIDATE_VERSION)' KUBE_VERSION='$(KUBE_VERSION)' bash deploy/check-kubernetes.sh
+
 .PHONY: broker-install broker-start broker-stop
 broker-install: ## install ActiveMQ Classic from Debian's packages
 	bash scripts/activemq.sh install
