@@ -16,6 +16,7 @@ import (
 	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/delivery"
+	"github.com/roomhub/messaging-api/loglimit"
 	"github.com/roomhub/messaging-api/message"
 	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/retry"
@@ -206,6 +207,8 @@ type Dispatcher struct {
 	parking  *outbox.Parking
 	breakers *breakers // nil: no circuit breaker
 	pacer    *pacer    // nil: no rate limit
+	// failures caps the lines about failed attempts per subscription.
+	failures *loglimit.Limiter[uuid.UUID]
 }
 
 // New returns a Dispatcher; Run starts it.
@@ -224,6 +227,7 @@ func New(cfg Config, d Deps) *Dispatcher {
 	if p.obs == nil {
 		p.obs = nopObserver{}
 	}
+	p.failures = loglimit.New(failureLines, failureInterval, failureKeys, p.logSuppressed)
 	if d.Circuits != nil {
 		// A probe holds the circuit for as long as its request may take.
 		p.breakers = newBreakers(d.Circuits, cfg.Timeout+probeMargin, d.Now, d.Logger, p.obs)
@@ -295,6 +299,8 @@ func (p *Dispatcher) Run(ctx context.Context) error {
 		defer t.Stop()
 		shed = t.C
 	}
+	sweep := time.NewTicker(failureInterval)
+	defer sweep.Stop()
 
 read:
 	for {
@@ -309,6 +315,8 @@ read:
 		case <-ctx.Done():
 			break read
 		case <-changed:
+		case <-sweep.C:
+			p.failures.Sweep(p.now())
 		case <-shed:
 			for _, j := range sched.shed() {
 				p.deferSlow(workCtx, sched, j)
@@ -332,6 +340,7 @@ read:
 		<-finished
 	}
 	p.parking.Wait()
+	p.failures.Flush()
 	p.logger.Info("push dispatcher stopped")
 	return nil
 }
@@ -565,6 +574,7 @@ func (p *Dispatcher) deliver(ctx context.Context, j *job) (decision, error) {
 	}
 	p.obs.PushRequest(out.Result.String(), out.Latency)
 	logAttrs = append(logAttrs, slog.String("traceparent", span), slog.Int("status_code", out.StatusCode))
+	failed := attemptFailure{sub: j.key, room: ev.RoomID, event: ev.ID, correlation: d.CorrelationID, traceparent: span, attempt: d.Attempt, out: &out}
 	if c.b != nil && out.StatusCode == http.StatusGone && c.settings.Enabled {
 		// The endpoint is gone, perhaps for a while: open the circuit and
 		// retry the message rather than dead-letter it.
@@ -590,11 +600,11 @@ func (p *Dispatcher) deliver(ctx context.Context, j *job) (decision, error) {
 	switch out.Result {
 	case Delivered:
 		attempt.Status = message.StatusDelivered
-		p.logger.DebugContext(ctx, "push: delivered", logAttrs...)
+		p.logger.DebugContext(ctx, "push: delivered", append(logAttrs, slog.String("room_id", ev.RoomID.String()), slog.Duration("latency", out.Latency))...)
 		return decision{outcome: delivery.OutcomeDelivered, age: at.Sub(ev.PublishedAt), paced: paced, s: delivery.Settlement{SendID: sendID, Attempt: attempt}}, nil
 	case Permanent:
 		attempt.Status = message.StatusDeadLettered
-		p.logger.InfoContext(ctx, "push: permanent failure; dead-lettered", logAttrs...)
+		p.logFailure(ctx, failed, 0, delivery.ReasonPermanent)
 		return decision{outcome: delivery.OutcomeRefused, s: p.deadLetter(delivery.Settlement{SendID: sendID, Attempt: attempt}, ev, d, delivery.ReasonPermanent)}, nil
 	}
 
@@ -602,7 +612,7 @@ func (p *Dispatcher) deliver(ctx context.Context, j *job) (decision, error) {
 	delay := step.Draw(p.rand())
 	if !ok {
 		attempt.Status = message.StatusDeadLettered
-		p.logger.InfoContext(ctx, "push: attempts exhausted; dead-lettered", append(logAttrs, slog.String("error", out.Err))...)
+		p.logFailure(ctx, failed, 0, delivery.ReasonExhausted)
 		return decision{outcome: delivery.OutcomeDeadLettered, s: p.deadLetter(delivery.Settlement{SendID: sendID, Attempt: attempt}, ev, d, delivery.ReasonExhausted)}, nil
 	}
 	if out.RetryAfter > delay {
@@ -612,12 +622,12 @@ func (p *Dispatcher) deliver(ctx context.Context, j *job) (decision, error) {
 	if !ev.ExpiresAt.IsZero() && !next.Before(ev.ExpiresAt) {
 		attempt.Status = message.StatusDeadLettered
 		attempt.Error += "; would expire before the next attempt"
-		p.logger.InfoContext(ctx, "push: would expire before the next attempt; dead-lettered", logAttrs...)
+		p.logFailure(ctx, failed, 0, delivery.ReasonExpired)
 		return decision{outcome: delivery.OutcomeExpired, s: p.deadLetter(delivery.Settlement{SendID: sendID, Attempt: attempt}, ev, d, delivery.ReasonExpired)}, nil
 	}
 	attempt.Status = message.StatusFailed
 	attempt.NextAttemptAt = next
-	p.logger.DebugContext(ctx, "push: attempt failed; retry scheduled", append(logAttrs, slog.String("error", out.Err), slog.Duration("retry_in", delay))...)
+	p.logFailure(ctx, failed, delay, "")
 	resend := p.newSend(ev, d, j.key, d.Attempt+1, 0, delay, at)
 	return decision{outcome: delivery.OutcomeRetried, s: delivery.Settlement{SendID: sendID, Attempt: attempt, Resend: &resend}}, nil
 }
