@@ -48,20 +48,14 @@ func NewHandler(cfg Config, logger *slog.Logger, db *store.DB, b BrokerConn, rel
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
-	e.HTTPErrorHandler = api.ErrorHandler(logger)
+	// The access log's line is the one line about a request, error included:
+	// the error handler answers and leaves the error to it.
+	e.HTTPErrorHandler = recordError(api.ErrorHandler(slog.New(slog.DiscardHandler)))
 	e.JSONSerializer = api.JSONSerializer{}
 	e.Use(middleware.RequestID())
+	e.Use(accessLog(logger, time.Now))
 	e.Use(api.LimitHeader(api.MaxHeaderBytes))
-	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true}))
-	e.Use(middleware.RequestLoggerWithConfig(middleware.RequestLoggerConfig{
-		LogMethod: true, LogURIPath: true, LogStatus: true, LogLatency: true, LogRequestID: true,
-		LogValuesFunc: func(c echo.Context, v middleware.RequestLoggerValues) error {
-			logger.LogAttrs(c.Request().Context(), slog.LevelDebug, "request",
-				slog.String("method", v.Method), slog.String("path", v.URIPath), slog.Int("status", v.Status),
-				slog.Duration("latency", v.Latency), slog.String("request_id", v.RequestID))
-			return nil
-		},
-	}))
+	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, LogErrorFunc: panicError}))
 	e.Use(m.Middleware())
 	e.Use(middleware.BodyLimit(formatBytes(cfg.HTTP.BodyLimit)))
 
