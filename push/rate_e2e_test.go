@@ -114,7 +114,9 @@ func checkPaced(t *testing.T, reqs []apptest.PushRequest, rate float64, n int) {
 	if busiest > rateTolerance(rate) {
 		t.Errorf("%d requests in one second at maxDeliveryRate %g: more than %d", busiest, rate, rateTolerance(rate))
 	}
-	if span < time.Duration(float64(ideal)/1.1) || span > 2*ideal {
+	// Faster than the rate is a broken limit; slower only a loaded machine
+	// (the suite's packages run at once on two cores), so that bound is loose.
+	if span < time.Duration(float64(ideal)/1.1) || span > 3*ideal+2*time.Second {
 		t.Errorf("the requests took %v, want about %v", span.Round(time.Millisecond), ideal)
 	}
 }
