@@ -24,8 +24,10 @@ type Problem struct {
 // ProblemContentType is the media type of every error response.
 const ProblemContentType = "application/problem+json"
 
-// ErrorHandler turns any error a handler returns into a problem response. It is
-// the one place errors are logged: unknown errors become a generic 500.
+// ErrorHandler turns any error a handler returns into a problem response:
+// unknown errors become a generic 500. It logs each error to logger; the
+// service passes a discarding one and logs the error on the request's
+// access line instead (app/accesslog.go), so a request is one line.
 func ErrorHandler(logger *slog.Logger) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		if c.Response().Committed {
