@@ -346,20 +346,30 @@ func (s *Service) replayOne(c echo.Context) error {
 type replayRequest struct {
 	// IDs to replay; empty replays the oldest up to MaxReplay that the
 	// filter takes.
-	IDs       []string   `json:"ids"`
-	Reason    string     `json:"reason"`
-	EventType string     `json:"eventType"`
-	Since     *time.Time `json:"since"`
-	Until     *time.Time `json:"until"`
+	IDs       []string `json:"ids"`
+	Reason    string   `json:"reason"`
+	EventType string   `json:"eventType"`
+	// Since and Until are RFC 3339 times, read here so that a bad one is a
+	// problem naming it rather than a body that does not decode.
+	Since string `json:"since"`
+	Until string `json:"until"`
 }
 
-func (r replayRequest) filter() Filter {
+// filter is the request's filter; a time it cannot read is added to probs.
+func (r replayRequest) filter(probs *api.Problems) Filter {
 	f := Filter{Reason: r.Reason, EventType: r.EventType}
-	if r.Since != nil {
-		f.Since = r.Since.UTC()
-	}
-	if r.Until != nil {
-		f.Until = r.Until.UTC()
+	for name, v := range map[string]struct {
+		text string
+		at   *time.Time
+	}{"since": {r.Since, &f.Since}, "until": {r.Until, &f.Until}} {
+		if v.text == "" {
+			continue
+		}
+		t, err := time.Parse(time.RFC3339Nano, v.text)
+		if err != nil {
+			probs.Add(name, "must be a time in RFC 3339 form, such as 2026-01-02T15:04:05Z")
+		}
+		*v.at = t.UTC()
 	}
 	return f
 }
@@ -373,7 +383,7 @@ func (s *Service) replayBulk(c echo.Context) error {
 		return api.Invalid("ids", fmt.Sprintf("must list at most %d ids", MaxReplay))
 	}
 	var fprobs api.Problems
-	f := req.filter()
+	f := req.filter(&fprobs)
 	checkFilter(f, "", &fprobs)
 	if len(req.IDs) > 0 && f != (Filter{}) {
 		fprobs.Add("ids", "names dead letters: it cannot go with reason, eventType, since or until, which select them")

@@ -194,6 +194,7 @@ func TestPushAPIDeadLetterFilters(t *testing.T) {
 		// The bulk replay takes the same filter, and not with ids.
 		apptest.WantField(t, a.Do("POST", base+":replay", map[string]any{"ids": idsOf(0), "reason": "expired"}), "ids")
 		apptest.WantField(t, a.Do("POST", base+":replay", map[string]any{"reason": "nope"}), "reason")
+		apptest.WantField(t, a.Do("POST", base+":replay", map[string]any{"since": "yesterday"}), "since")
 		r := a.Do("POST", base+":replay", map[string]any{"reason": "expired"})
 		apptest.Want(t, r, http.StatusAccepted)
 		checkReplayed(t, a, r, subID, dls[2], dls[5])
