@@ -46,8 +46,16 @@ func TestDeliveryRateTwoDispatchers(t *testing.T) {
 		t.Logf("cannot tell the processes apart: %v", err)
 	} else {
 		t.Logf("requests by process: %d and %d, unknown %d", byPID[first.Pid()], byPID[second.Pid()], byPID[0])
-		if byPID[first.Pid()] == 0 || byPID[second.Pid()] == 0 {
+		// ActiveMQ Classic counts its prefetch window in messages (256 per
+		// consumer), so the first dispatcher to subscribe may take all 200:
+		// the pace above still held, but sharing was not exercised. Artemis
+		// counts its window in bytes and splits them.
+		split := byPID[first.Pid()] > 0 && byPID[second.Pid()] > 0
+		switch {
+		case !split && byPID[0] == 0 && !strings.Contains(env["BROKER_URL"], "dialect=activemq"):
 			t.Error("one of the two dispatchers delivered nothing: the limit was not shared")
+		case !split:
+			t.Log("one dispatcher took (or was seen to take) every message: the shared limit was not exercised")
 		}
 	}
 }
