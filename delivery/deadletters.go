@@ -452,8 +452,11 @@ type DeliveryResponse struct {
 	Latency        *int64     `json:"latency"`
 	Error          string     `json:"error"`
 	ResponseBody   string     `json:"responseBody"`
-	CompletedAt    *time.Time `json:"completedAt"`
-	NextAttemptAt  *time.Time `json:"nextAttemptAt"`
+	// RequestStartedAt is when the push request began (completedAt less the
+	// latency): after sentAt by the scheduled delay, before completedAt.
+	RequestStartedAt *time.Time `json:"requestStartedAt"`
+	CompletedAt      *time.Time `json:"completedAt"`
+	NextAttemptAt    *time.Time `json:"nextAttemptAt"`
 }
 
 func optTime(t time.Time) *time.Time {
@@ -479,6 +482,7 @@ func (s *Service) deliveries(c echo.Context) error {
 			ScheduledDelay: d.ScheduledDelay.Milliseconds(), CreatedAt: d.CreatedAt, SentAt: optTime(d.SentAt),
 			Status: string(d.Status), Error: d.Error, ResponseBody: d.ResponseBody,
 			CompletedAt: optTime(d.CompletedAt), NextAttemptAt: optTime(d.NextAttemptAt),
+			RequestStartedAt: message.RequestStartedAt(d.CompletedAt, d.Latency, d.StatusCode),
 		}
 		if d.StatusCode != 0 {
 			c := d.StatusCode

@@ -209,3 +209,15 @@ func Decode(d *broker.Delivery) Event {
 	}
 	return ev
 }
+
+// RequestStartedAt is when an attempt's push request began: completed less
+// the request's latency; nil when no request was made (or it has not
+// ended). The log stores when the copy reached the broker (SentAt) and
+// when the attempt ended, not the start, which comes between them.
+func RequestStartedAt(completed time.Time, latency time.Duration, statusCode int) *time.Time {
+	if completed.IsZero() || (latency <= 0 && statusCode == 0) {
+		return nil
+	}
+	t := completed.Add(-latency)
+	return &t
+}

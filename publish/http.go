@@ -134,7 +134,10 @@ type AttemptResponse struct {
 	StatusCode     *int           `json:"statusCode"`
 	Latency        *int64         `json:"latency,omitempty"`
 	Error          string         `json:"error,omitempty"`
-	CompletedAt    *time.Time     `json:"completedAt"`
+	// RequestStartedAt is when the push request began (completedAt less the
+	// latency): after sentAt by the scheduled delay, before completedAt.
+	RequestStartedAt *time.Time `json:"requestStartedAt,omitempty"`
+	CompletedAt      *time.Time `json:"completedAt"`
 }
 
 // DeliveryResponse is what one subscription got of an event in the message log.
@@ -198,6 +201,7 @@ func toEventResponse(e message.Event, sends []message.Send) EventResponse {
 			ID: s.ID.String(), Attempt: s.Attempt, ScheduledDelay: s.ScheduledDelay.Milliseconds(),
 			CreatedAt: s.CreatedAt, SentAt: optTime(s.SentAt), Status: s.Status, StatusCode: code,
 			Latency: latency, Error: s.Error, CompletedAt: optTime(s.CompletedAt),
+			RequestStartedAt: message.RequestStartedAt(s.CompletedAt, s.Latency, s.StatusCode),
 		})
 	}
 	return r
