@@ -628,6 +628,14 @@ func TestPushAPIDeliveries(t *testing.T) {
 			d1.ResponseBody != "busy" || d1.Error != "HTTP 503" || d1.NextAttemptAt == nil || d1.CompletedAt == nil {
 			t.Errorf("failed delivery: %+v", d1)
 		}
+		// The request began its latency before the attempt completed; a
+		// deferred copy made no request.
+		if d1.RequestStartedAt == nil || d1.CompletedAt == nil || !d1.RequestStartedAt.Equal(d1.CompletedAt.Add(-120*time.Millisecond)) {
+			t.Errorf("failed delivery: requestStartedAt %v, want completedAt %v less 120 ms", d1.RequestStartedAt, d1.CompletedAt)
+		}
+		if d2.RequestStartedAt != nil {
+			t.Errorf("deferred delivery: requestStartedAt %v, want none (no request)", d2.RequestStartedAt)
+		}
 		// The message log shows the same attempts (deferred included).
 		apptest.Want(t, a.Do("GET", "/v1/rooms/orders/messages/"+eventID, nil), http.StatusOK)
 
