@@ -1,11 +1,8 @@
 package rooms
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/roomhub/messaging-api/api"
@@ -76,13 +73,8 @@ func (b *CircuitBreaker) Over(base Breaker) Breaker {
 // UnmarshalJSON decodes strictly, naming an unknown field with its path.
 func (b *CircuitBreaker) UnmarshalJSON(data []byte) error {
 	type plain CircuitBreaker // without this method
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	var v plain
-	if err := dec.Decode(&v); err != nil {
-		if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			return &api.FieldError{Field: "circuitBreaker." + strings.Trim(name, `"`), Message: "unknown field"}
-		}
+	v, err := decodeStrict[plain](data, "circuitBreaker")
+	if err != nil {
 		return err
 	}
 	*b = CircuitBreaker(v)

@@ -57,17 +57,27 @@ type RetryPolicy struct {
 // UnmarshalJSON decodes strictly, naming an unknown field with its path.
 func (p *RetryPolicy) UnmarshalJSON(b []byte) error {
 	type plain RetryPolicy // without this method
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	var v plain
-	if err := dec.Decode(&v); err != nil {
-		if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			return &api.FieldError{Field: "retryPolicy." + strings.Trim(name, `"`), Message: "unknown field"}
-		}
+	v, err := decodeStrict[plain](b, "retryPolicy")
+	if err != nil {
 		return err
 	}
 	*p = RetryPolicy(v)
 	return nil
+}
+
+// decodeStrict decodes data into a T, refusing an unknown field with a
+// FieldError that names it under field.
+func decodeStrict[T any](data []byte, field string) (T, error) {
+	var v T
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		if name, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			return v, &api.FieldError{Field: field + "." + strings.Trim(name, `"`), Message: "unknown field"}
+		}
+		return v, err
+	}
+	return v, nil
 }
 
 // Resolved is a RetryPolicy with its defaults filled in.
