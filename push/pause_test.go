@@ -168,6 +168,9 @@ func TestDispatcherPausesWhileDatabaseDown(t *testing.T) {
 			t.Errorf("outcome %d: %s, want delivered", i, s)
 		}
 	}
+	// The resume is reported as the dispatcher goes on, which may be after
+	// the deliveries it lets through were stored.
+	apitest.EventuallyWithin(t, 5*time.Second, "the resume reported", func() bool { ev, _ := obs.snapshot(); return len(ev) >= 2 })
 	ev, final := obs.snapshot()
 	if len(ev) != 2 || ev[1] {
 		t.Errorf("pause events %v, want [true false]", ev)
