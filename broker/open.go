@@ -3,6 +3,7 @@ package broker
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -19,6 +20,21 @@ import (
 //	"", "embedded", "embedded://"          the in-process broker (not durable)
 //	stomp://user:pass@host:port?options    STOMP over TCP (default port 61613)
 //	stomp+ssl://user:pass@host:port?...    STOMP over TLS (default port 61614; stomp+tls:// too)
+//	stomp://user:pass@h1:port,h2:port?...  several hosts (at most 16) of one broker: an
+//	                                       Artemis primary and its backups
+//
+// With several hosts every connection (each sender, each subscription, each
+// management call) goes to the live one: it tries the hosts in the URL's
+// order, starting from the one a connection last reached, and takes the
+// first that accepts its CONNECT. A host that refuses the TCP connection (an
+// Artemis backup opens its acceptors only once it becomes live) costs nothing,
+// one that does not answer costs connectTimeout; a round over every host is
+// one step of the redial backoff. Each host may omit its port (the scheme's
+// default applies) and is the TLS server name of its own connections; the
+// login, password and options hold for every host. A lost connection redials
+// the same way and resubscribes; a send whose receipt had not come is sent
+// again (Send returns only on a receipt), so a failover may store a message
+// twice but never loses one the broker confirmed to a caller.
 //
 // STOMP options (query parameters; unknown ones are an error so typos surface):
 //
@@ -78,11 +94,20 @@ func dialectNamed(name string) (newDialect func(*stompBroker) (dialect, error), 
 // n such messages (docs/benchmarks.md#broker-flow-control-and-pulls).
 const defaultWindowPerMessage = 1 << 10
 
+// maxHosts bounds the host list of a STOMP URL: every connection may try each
+// host once per round, so a long list is a slow round.
+const maxHosts = 16
+
+// stompHost is one broker host of a STOMP URL.
+type stompHost struct {
+	addr string      // host:port, as dialed and logged
+	name string      // the host alone: the CONNECT host header and the TLS server name
+	tls  *tls.Config // nil for stomp://
+}
+
 // stompConfig is a parsed STOMP broker URL.
 type stompConfig struct {
-	addr              string // host:port
-	host              string // for the CONNECT host header and TLS server name
-	tls               *tls.Config
+	hosts             []stompHost // in the URL's order; at least one
 	login, passcode   string
 	dialect           string // see dialectNamed
 	senders           int
@@ -114,24 +139,47 @@ func defaultStompConfig() stompConfig {
 
 // parseStompURL validates rawURL and returns the configuration it describes;
 // errors name the offending part but never echo the password.
+//
+// url.Parse reads one host only, so the host list is cut out first: the
+// authority runs from "://" to the first '/', '?' or '#', its userinfo to
+// its last '@' (as url.Parse reads it), and the rest is the host list, split
+// at commas. The URL with one placeholder host in place of the list goes to
+// url.Parse (userinfo, path, query); each host is parsed on its own.
 func parseStompURL(rawURL string) (stompConfig, error) {
 	cfg := defaultStompConfig()
 	red := Redact(rawURL)
 	cfg.redacted = red
-	u, err := url.Parse(rawURL)
-	if err != nil {
-		return cfg, fmt.Errorf("broker: url %s: cannot parse", red)
+	scheme, rest, found := strings.Cut(rawURL, "://")
+	if !found {
+		scheme, _, _ = strings.Cut(rawURL, ":")
 	}
+	scheme = strings.ToLower(scheme)
 	defaultPort := "61613"
-	switch u.Scheme {
+	switch scheme {
 	case "stomp":
 	case "stomp+ssl", "stomp+tls":
 		defaultPort = "61614"
 	default:
-		return cfg, fmt.Errorf("broker: url %s: unsupported scheme %q (want embedded, stomp or stomp+ssl)", red, u.Scheme)
+		return cfg, fmt.Errorf("broker: url %s: unsupported scheme %q (want embedded, stomp or stomp+ssl)", red, scheme)
 	}
-	if u.Opaque != "" || u.Host == "" {
-		return cfg, fmt.Errorf("broker: url %s: missing host (want %s://host:port)", red, u.Scheme)
+	if !found {
+		return cfg, fmt.Errorf("broker: url %s: missing host (want %s://host:port)", red, scheme)
+	}
+	authority, tail := rest, ""
+	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
+		authority, tail = rest[:i], rest[i:]
+	}
+	at := strings.LastIndex(authority, "@")
+	beforeQuery, _, _ := strings.Cut(tail, "?")
+	if strings.Contains(beforeQuery, "@") || (at < 0 && strings.Contains(tail, "@")) {
+		// Most likely a password holding an unescaped '/', '?' or '#': the
+		// host list as read would quote a piece of it.
+		return cfg, fmt.Errorf("broker: url %s: an '@' follows the host list: percent-encode '/', '?', '#' and '@' in the login and password", red)
+	}
+	userinfo, hostList := authority[:at+1], authority[at+1:]
+	u, err := url.Parse(scheme + "://" + userinfo + "placeholder" + tail)
+	if err != nil {
+		return cfg, fmt.Errorf("broker: url %s: cannot parse", red)
 	}
 	if u.Path != "" && u.Path != "/" {
 		return cfg, fmt.Errorf("broker: url %s: unexpected path %q", red, u.Path)
@@ -139,23 +187,8 @@ func parseStompURL(rawURL string) (stompConfig, error) {
 	if u.Fragment != "" {
 		return cfg, fmt.Errorf("broker: url %s: unexpected fragment", red)
 	}
-	cfg.host = u.Hostname()
-	if cfg.host == "" {
-		return cfg, fmt.Errorf("broker: url %s: missing host", red)
-	}
-	port := u.Port()
-	if port == "" {
-		if strings.HasSuffix(u.Host, ":") {
-			return cfg, fmt.Errorf("broker: url %s: empty port", red)
-		}
-		port = defaultPort
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return cfg, fmt.Errorf("broker: url %s: invalid port %q", red, port)
-	}
-	cfg.addr = net.JoinHostPort(cfg.host, port)
-	if u.Scheme != "stomp" {
-		cfg.tls = &tls.Config{ServerName: cfg.host, MinVersion: tls.VersionTLS12}
+	if cfg.hosts, err = parseHosts(scheme, hostList, defaultPort); err != nil {
+		return cfg, fmt.Errorf("broker: url %s: %w", red, err)
 	}
 	if u.User != nil {
 		cfg.login = u.User.Username()
@@ -213,6 +246,63 @@ func parseStompURL(rawURL string) (stompConfig, error) {
 		}
 	}
 	return cfg, nil
+}
+
+// parseHosts parses the comma-separated host list of a STOMP URL: each host
+// is host[:port] (an IPv6 address in brackets), with the scheme's port by
+// default. Errors quote the host at fault; the list holds no userinfo.
+func parseHosts(scheme, list, defaultPort string) ([]stompHost, error) {
+	entries := strings.Split(list, ",")
+	if len(entries) == 1 && entries[0] == "" {
+		return nil, fmt.Errorf("missing host (want %s://host:port)", scheme)
+	}
+	if len(entries) > maxHosts {
+		return nil, fmt.Errorf("%d hosts; at most %d", len(entries), maxHosts)
+	}
+	hosts := make([]stompHost, 0, len(entries))
+	seen := make(map[string]string, len(entries))
+	for i, entry := range entries {
+		if entry == "" {
+			return nil, fmt.Errorf("host %d of %d is empty", i+1, len(entries))
+		}
+		h, err := parseHost(scheme, entry, defaultPort)
+		if err != nil {
+			return nil, fmt.Errorf("host %q: %w", entry, err)
+		}
+		key := strings.ToLower(h.addr)
+		if first, dup := seen[key]; dup {
+			return nil, fmt.Errorf("host %q: listed twice (as %q before)", entry, first)
+		}
+		seen[key] = entry
+		hosts = append(hosts, h)
+	}
+	return hosts, nil
+}
+
+func parseHost(scheme, entry, defaultPort string) (stompHost, error) {
+	u, err := url.Parse(scheme + "://" + entry)
+	if err != nil || u.User != nil || u.Path != "" || u.RawQuery != "" || u.Fragment != "" {
+		return stompHost{}, errors.New("not host[:port]")
+	}
+	name := u.Hostname()
+	if name == "" {
+		return stompHost{}, errors.New("missing host")
+	}
+	port := u.Port()
+	if port == "" {
+		if strings.HasSuffix(entry, ":") {
+			return stompHost{}, errors.New("empty port")
+		}
+		port = defaultPort
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return stompHost{}, fmt.Errorf("invalid port %q", port)
+	}
+	h := stompHost{addr: net.JoinHostPort(name, port), name: name}
+	if scheme != "stomp" {
+		h.tls = &tls.Config{ServerName: name, MinVersion: tls.VersionTLS12}
+	}
+	return h, nil
 }
 
 func parseIntOption(v string, lo, hi int) (int, error) {

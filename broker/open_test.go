@@ -4,6 +4,8 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,8 +19,8 @@ func TestParseStompURL(t *testing.T) {
 	}{
 		{"Defaults", "stomp://broker.example:61613", func(t *testing.T, c stompConfig) {
 			want := defaultStompConfig()
-			if c.addr != "broker.example:61613" || c.host != "broker.example" || c.tls != nil {
-				t.Errorf("addr %q host %q tls %v", c.addr, c.host, c.tls)
+			if len(c.hosts) != 1 || c.hosts[0].addr != "broker.example:61613" || c.hosts[0].name != "broker.example" || c.hosts[0].tls != nil {
+				t.Errorf("hosts %+v", c.hosts)
 			}
 			if c.dialect != "artemis" || c.senders != want.senders || c.heartbeat != want.heartbeat ||
 				c.prefetch != want.prefetch || c.receiptTimeout != want.receiptTimeout ||
@@ -27,19 +29,16 @@ func TestParseStompURL(t *testing.T) {
 			}
 		}},
 		{"DefaultPort", "stomp://localhost", func(t *testing.T, c stompConfig) {
-			if c.addr != "localhost:61613" {
-				t.Errorf("addr = %q", c.addr)
-			}
+			wantAddrs(t, c, "localhost:61613")
 		}},
 		{"TLS", "stomp+ssl://mq.example", func(t *testing.T, c stompConfig) {
-			if c.addr != "mq.example:61614" || c.tls == nil || c.tls.ServerName != "mq.example" {
-				t.Errorf("addr %q tls %+v", c.addr, c.tls)
+			wantAddrs(t, c, "mq.example:61614")
+			if c.hosts[0].tls == nil || c.hosts[0].tls.ServerName != "mq.example" {
+				t.Errorf("tls %+v", c.hosts[0].tls)
 			}
 		}},
 		{"IPv6", "stomp://[::1]:61623", func(t *testing.T, c stompConfig) {
-			if c.addr != "[::1]:61623" {
-				t.Errorf("addr = %q", c.addr)
-			}
+			wantAddrs(t, c, "[::1]:61623")
 		}},
 		{"Credentials", "stomp://user:p%40ss@h:1", func(t *testing.T, c stompConfig) {
 			if c.login != "user" || c.passcode != "p@ss" {
@@ -60,6 +59,43 @@ func TestParseStompURL(t *testing.T) {
 		{"HeartbeatOff", "stomp://h:1?heartbeat=0s&dialect=activemq", func(t *testing.T, c stompConfig) {
 			if c.heartbeat != 0 {
 				t.Errorf("heartbeat = %s", c.heartbeat)
+			}
+		}},
+		{"SchemeCase", "STOMP://h:1", func(t *testing.T, c stompConfig) {
+			wantAddrs(t, c, "h:1")
+		}},
+		{"Hosts", "stomp://user:pass@h1:61613,h2:61614?dialect=artemis", func(t *testing.T, c stompConfig) {
+			wantAddrs(t, c, "h1:61613", "h2:61614")
+			if c.hosts[1].name != "h2" || c.hosts[1].tls != nil || c.login != "user" || c.passcode != "pass" || c.dialect != "artemis" {
+				t.Errorf("hosts %+v login %q passcode %q dialect %q", c.hosts, c.login, c.passcode, c.dialect)
+			}
+		}},
+		{"HostsDefaultPorts", "stomp://h1,h2:7,h3", func(t *testing.T, c stompConfig) {
+			wantAddrs(t, c, "h1:61613", "h2:7", "h3:61613")
+		}},
+		{"HostsTLS", "stomp+ssl://u:p@mq-a.example,mq-b.example:7000/", func(t *testing.T, c stompConfig) {
+			wantAddrs(t, c, "mq-a.example:61614", "mq-b.example:7000")
+			for _, h := range c.hosts {
+				if h.tls == nil || h.tls.ServerName != h.name {
+					t.Errorf("host %s: tls %+v, want the server name %s", h.addr, h.tls, h.name)
+				}
+			}
+			if c.hosts[0].tls == c.hosts[1].tls {
+				t.Error("the hosts share one tls.Config")
+			}
+		}},
+		{"HostsIPv6", "stomp://[::1]:61613,[fe80::1%25eth0],10.0.0.2:1", func(t *testing.T, c stompConfig) {
+			wantAddrs(t, c, "[::1]:61613", "[fe80::1%eth0]:61613", "10.0.0.2:1")
+		}},
+		{"HostsPasswordWithSeparators", "stomp://user:p%2C%40%3A%2F@h1,h2", func(t *testing.T, c stompConfig) {
+			wantAddrs(t, c, "h1:61613", "h2:61613")
+			if c.passcode != "p,@:/" {
+				t.Errorf("passcode %q", c.passcode)
+			}
+		}},
+		{"HostsAtMost16", "stomp://" + hostList(16), func(t *testing.T, c stompConfig) {
+			if len(c.hosts) != 16 {
+				t.Errorf("%d hosts", len(c.hosts))
 			}
 		}},
 	} {
@@ -99,7 +135,27 @@ func TestParseStompURLErrors(t *testing.T) {
 		{"stomp://h:1?sender=4", "option sender: unknown option"},
 		{"stomp://h:1?senders=1&senders=2", `option "senders" given 2 times`},
 		{"stomp://user:hunter2@h:1?bogus=1", "user:xxxxx@h:1"},
-		{"stomp://user:hunter2@h:1 x", "cannot parse"},
+		{"stomp://user:hunter2@h:1 x", `host "h:1 x": not host[:port]`},
+		{"stomp://user:hunter2@h:1?bogus=1", "user:xxxxx@h:1"},
+		{"stomp://user:hunter2@h1:1,h2:x?dialect=artemis", `host "h2:x": not host[:port]`},
+		{"stomp://user:hunter2@h1:1,h2:0", `host "h2:0": invalid port "0"`},
+		{"stomp://user:hunter2@h1:1,h2:", `host "h2:": empty port`},
+		{"stomp://user:hunter2@h1:1,:61613", `host ":61613": missing host`},
+		{"stomp://user:hunter2@h1:1,,h2:1", "host 2 of 3 is empty"},
+		{"stomp://user:hunter2@h1:1,", "host 2 of 2 is empty"},
+		{"stomp://user:hunter2@,h1:1", "host 1 of 2 is empty"},
+		{"stomp://user:hunter2@h1:1, h2:1", `host " h2:1": not host[:port]`},
+		{"stomp://user:hunter2@h1:61613,h1", `host "h1": listed twice (as "h1:61613" before)`},
+		{"stomp://user:hunter2@H1:1,h1:1", `host "h1:1": listed twice`},
+		{"stomp://user:hunter2@[::1]:1,[::1]:1", `host "[::1]:1": listed twice`},
+		{"stomp://user:hunter2@" + hostList(17), "17 hosts; at most 16"},
+		{"stomp://user:hunter2@h1:1,[::1:2", `host "[::1:2": not host[:port]`},
+		{"stomp://user:hunter2@h1:1,h2:1/vhost", `unexpected path "/vhost"`},
+		// A password with an unescaped '/', '?' or '#': the host list as read
+		// would hold a piece of it, so nothing of it is quoted.
+		{"stomp://user:hun/ter2@h1:1,h2:1", "an '@' follows the host list"},
+		{"stomp://user:hun?ter2@h1:1,h2:1", "an '@' follows the host list"},
+		{"stomp://user:hun#ter2@h1:1", "an '@' follows the host list"},
 	} {
 		t.Run(tc.url, func(t *testing.T) {
 			_, err := parseStompURL(tc.url)
@@ -109,11 +165,33 @@ func TestParseStompURLErrors(t *testing.T) {
 			if !strings.Contains(err.Error(), tc.mention) {
 				t.Errorf("error %q does not mention %q", err, tc.mention)
 			}
-			if strings.Contains(err.Error(), "hunter2") {
-				t.Errorf("error %q leaks the password", err)
+			for _, piece := range []string{"hunter2", "hun", "ter2"} {
+				if strings.Contains(err.Error(), piece) {
+					t.Errorf("error %q leaks (part of) the password", err)
+				}
 			}
 		})
 	}
+}
+
+func wantAddrs(t *testing.T, c stompConfig, addrs ...string) {
+	t.Helper()
+	var got []string
+	for _, h := range c.hosts {
+		got = append(got, h.addr)
+	}
+	if !slices.Equal(got, addrs) {
+		t.Errorf("hosts %q, want %q", got, addrs)
+	}
+}
+
+// hostList is a list of n distinct hosts.
+func hostList(n int) string {
+	hosts := make([]string, n)
+	for i := range hosts {
+		hosts[i] = "h" + strconv.Itoa(i) + ":61613"
+	}
+	return strings.Join(hosts, ",")
 }
 
 // TestOpenRefusesOptionsOfTheWrongDialect: options a dialect cannot work

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-stomp/stomp/v3"
@@ -33,6 +34,10 @@ type stompBroker struct {
 	// now is the clock of the limits on redials after refusals (see
 	// link.afterRefusal): time.Now, or a test's. Timers are real.
 	now func() time.Time
+
+	// live is the index in cfg.hosts of the host a connection last reached
+	// (-1 before any): every dial starts there (see dial).
+	live atomic.Int32
 
 	senders []*link
 	idle    chan *link // senders not carrying a send
@@ -96,6 +101,7 @@ func openStomp(ctx context.Context, cfg stompConfig, logger *slog.Logger, now fu
 		idle:   make(chan *link, cfg.senders),
 		subs:   make(map[*stompSub]struct{}),
 	}
+	b.live.Store(-1)
 	d, err := newDialect(b)
 	if err != nil {
 		cancel()
@@ -107,7 +113,7 @@ func openStomp(ctx context.Context, cfg stompConfig, logger *slog.Logger, now fu
 	first, err := b.dial(ctx, "sender-1")
 	switch {
 	case err == nil:
-		logger.InfoContext(ctx, "broker: connected", "senders", cfg.senders, "server", first.sc.Server())
+		logger.InfoContext(ctx, "broker: connected", "host", first.host, "senders", cfg.senders, "server", first.sc.Server())
 	case isRefusal(err) || ctx.Err() != nil:
 		cancel()
 		return nil, err

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -97,6 +98,7 @@ type conn struct {
 	sc      *stomp.Conn
 	sock    *watchedConn
 	name    string
+	host    string // host:port it is connected to
 	started time.Time
 	// refused is closed when the broker answers a SEND on this connection
 	// with ERROR: a broker closes the connection after an ERROR frame (and
@@ -125,20 +127,70 @@ func (c *conn) wasRefused(grace time.Duration) bool {
 	}
 }
 
-// dial opens one STOMP connection, bounded by connectTimeout and ctx.
+// dial opens one STOMP connection to the live host: one round over the hosts,
+// in the URL's order from the one last seen live, each bounded by
+// connectTimeout. A broker that is not live refuses at once (an Artemis
+// backup opens its acceptors only once it becomes live), so a round costs
+// little unless a host does not answer at all. The error of a failed round
+// names each host's failure.
 func (b *stompBroker) dial(ctx context.Context, name string) (*conn, error) {
+	hosts := b.cfg.hosts
+	from := max(int(b.live.Load()), 0)
+	var errs hostErrors
+	for k := range hosts {
+		i := (from + k) % len(hosts)
+		c, err := b.dialHost(ctx, name, i)
+		if err == nil {
+			b.seenLive(i, name)
+			return c, nil
+		}
+		if len(hosts) == 1 || ctx.Err() != nil {
+			return nil, err
+		}
+		errs = append(errs, err)
+	}
+	return nil, errs
+}
+
+// seenLive records that a connection (named name) reached host i; the first
+// to reach another host than the last one logs the failover.
+func (b *stompBroker) seenLive(i int, name string) {
+	prev := int(b.live.Swap(int32(i)))
+	if prev < 0 || prev == i {
+		return
+	}
+	to, from := b.cfg.hosts[i].addr, b.cfg.hosts[prev].addr
+	b.log.Info("broker: connected to "+to+" (failover from "+from+")", "conn", name, "host", to, "previous_host", from)
+}
+
+// hostErrors is the failure of a round over several hosts, one error each.
+type hostErrors []error
+
+func (e hostErrors) Error() string {
+	parts := make([]string, len(e))
+	for i, err := range e {
+		parts[i] = err.Error()
+	}
+	return "broker: no host is live: " + strings.Join(parts, "; ")
+}
+
+func (e hostErrors) Unwrap() []error { return e }
+
+// dialHost opens one STOMP connection to host i, bounded by connectTimeout and ctx.
+func (b *stompBroker) dialHost(ctx context.Context, name string, i int) (*conn, error) {
+	h := b.cfg.hosts[i]
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.connectTimeout)
 	defer cancel()
 	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", b.cfg.addr)
+	nc, err := d.DialContext(ctx, "tcp", h.addr)
 	if err != nil {
-		return nil, fmt.Errorf("broker: dial %s: %w", b.cfg.addr, err)
+		return nil, fmt.Errorf("broker: dial %s: %w", h.addr, err)
 	}
-	if b.cfg.tls != nil {
-		tc := tls.Client(nc, b.cfg.tls)
+	if h.tls != nil {
+		tc := tls.Client(nc, h.tls)
 		if err := tc.HandshakeContext(ctx); err != nil {
 			_ = nc.Close()
-			return nil, fmt.Errorf("broker: TLS handshake with %s: %w", b.cfg.addr, err)
+			return nil, fmt.Errorf("broker: TLS handshake with %s: %w", h.addr, err)
 		}
 		nc = tc
 	}
@@ -146,25 +198,25 @@ func (b *stompBroker) dial(ctx context.Context, name string) (*conn, error) {
 	// go-stomp only honours a deadline while waiting for CONNECTED; closing the
 	// socket is how a cancelled ctx interrupts it.
 	stop := context.AfterFunc(ctx, func() { sock.kill(context.Cause(ctx)) })
-	sc, err := stomp.ConnectWithContext(ctx, sock, b.connectOptions()...)
+	sc, err := stomp.ConnectWithContext(ctx, sock, b.connectOptions(h.name)...)
 	if !stop() {
 		if err == nil {
 			err = context.Cause(ctx)
 		}
 		_ = sock.Close()
-		return nil, fmt.Errorf("broker: connect to %s: %w", b.cfg.addr, err)
+		return nil, fmt.Errorf("broker: connect to %s: %w", h.addr, err)
 	}
 	if err != nil {
 		_ = sock.Close()
-		return nil, fmt.Errorf("broker: connect to %s: %w", b.cfg.addr, err)
+		return nil, fmt.Errorf("broker: connect to %s: %w", h.addr, err)
 	}
-	return &conn{sc: sc, sock: sock, name: name, started: time.Now(), refused: make(chan struct{}), gone: make(chan struct{})}, nil
+	return &conn{sc: sc, sock: sock, name: name, host: h.addr, started: time.Now(), refused: make(chan struct{}), gone: make(chan struct{})}, nil
 }
 
-func (b *stompBroker) connectOptions() []func(*stomp.Conn) error {
+func (b *stompBroker) connectOptions(host string) []func(*stomp.Conn) error {
 	hb := b.cfg.heartbeat
 	opts := []func(*stomp.Conn) error{
-		stomp.ConnOpt.Host(b.cfg.host),
+		stomp.ConnOpt.Host(host),
 		stomp.ConnOpt.AcceptVersion(stomp.V11, stomp.V12),
 		// Heart-beats both ways at hb. go-stomp then writes every hb - hb/2 and gives
 		// up after (hb + hb/2) × 2 = 3hb of silence: ActiveMQ Classic sends its first
@@ -476,7 +528,7 @@ func (b *stompBroker) redial(ctx context.Context, name string, flaps int) *conn 
 		c, err := b.dial(ctx, name)
 		if err == nil {
 			if attempt > flaps {
-				b.log.Info("broker: reconnected", "conn", name, "attempts", attempt-flaps+1)
+				b.log.Info("broker: reconnected", "conn", name, "host", c.host, "attempts", attempt-flaps+1)
 			}
 			return c
 		}
@@ -496,7 +548,7 @@ func (b *stompBroker) connectionLost(name string, c *conn, cause error) {
 	if cause == nil {
 		cause = c.sock.deathCause()
 	}
-	b.log.Warn("broker: connection lost, redialing", "conn", name, "err", cause)
+	b.log.Warn("broker: connection lost, redialing", "conn", name, "host", c.host, "err", cause)
 }
 
 // backoff is the delay before retry attempt+1: exponential from lo, capped at hi,
