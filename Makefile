@@ -180,11 +180,17 @@ bench-smoke: ## run the benchmark with tiny parameters and check every figure (B
 # ports); it never touches the shared ones. Needs the postgresql package and
 # the broker installed (bash scripts/artemis.sh install, or make broker-install
 # for ActiveMQ Classic). FAULT_FLAGS adds flags, e.g. -keep -json fault.json.
-.PHONY: fault fault-smoke
+# fault-ha and fault-ha-smoke run an Artemis primary/backup pair of their own
+# (scripts/artemis.sh pair, free ports) and fail it over and back.
+.PHONY: fault fault-smoke fault-ha fault-ha-smoke
 fault: ## fault suite: load through 2 api + 2 dispatcher processes while killing them, the broker (BROKER=artemis|activemq) and PostgreSQL; fails if an accepted message is lost (~3-4 min)
 	$(GO) run ./cmd/faultsuite -broker-kind '$(BROKER)' $(FAULT_FLAGS)
 fault-smoke: ## the fault suite's short form, for CI (~1.5 min; BROKER=artemis|activemq)
 	$(GO) run ./cmd/faultsuite -short -broker-kind '$(BROKER)' $(FAULT_FLAGS)
+fault-ha: ## fault suite on an Artemis primary/backup pair: 3 rounds of kill -9 of the active node and fail-back under load; fails if an accepted message is lost (~3-4 min)
+	$(GO) run ./cmd/faultsuite -ha $(FAULT_FLAGS)
+fault-ha-smoke: ## the HA fault suite's short form, for CI: one failover and fail-back (~2 min)
+	$(GO) run ./cmd/faultsuite -ha -short $(FAULT_FLAGS)
 
 # Fuzz targets as package:Target; go test -fuzz takes one of each per run.
 # Seeds are in each package's testdata/fuzz/<Target>, where a failing input lands.

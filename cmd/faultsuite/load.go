@@ -36,6 +36,7 @@ type result struct {
 	// retry with the same Idempotency-Key and body; replayed: that retry was
 	// answered Idempotent-Replayed (the first request had been published).
 	retried, replayed bool
+	at                time.Time // when the answer came
 }
 
 // publisher offers publishes at a fixed rate (open loop), round-robin over the
@@ -146,6 +147,7 @@ func (p *publisher) publish(ctx context.Context, api, seq int) result {
 	// GetBody it cannot resend, and the broken try is reported as unknown.
 	req.GetBody = nil
 	resp, err := p.hc.Do(req)
+	r.at = time.Now()
 	if err != nil {
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			r.out = outRefused

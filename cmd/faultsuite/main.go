@@ -22,6 +22,17 @@
 // their Idempotency-Key, and the suite waits (at most -drain-timeout) until
 // both subscriptions have received every accepted publish.
 //
+// With -ha the broker is an Artemis primary/backup pair with replication
+// (scripts/artemis.sh pair foreground, four free ports), the service gets a
+// BROKER_URL naming both nodes, and each round of faults is a failover and a
+// fail-back instead: kill -9 the active node (the other takes over), then
+// start it again (it rejoins as the passive node, synchronizes and takes
+// over again); the next round waits until the pair is synchronized again.
+// Per failover and fail-back the report gives how long no node answered
+// STOMP, how long publishing stalled (202 answers, and the relay's broker
+// sends as published_messages.sent_at records them), how long deliveries
+// stalled (push and pull) and how many duplicates arrived.
+//
 // It prints published, accepted, rejected, unknown, per subscription
 // delivered, duplicated and lost, and per fault how long deliveries stalled;
 // it exits 1 unless lost is 0 for both, both received something, no retry
@@ -73,22 +84,27 @@ type config struct {
 	serviceBin    string
 	pgBin         string
 	brokerKind    string // artemis or activemq
+	ha            bool   // an Artemis primary/backup pair; failovers instead of the fault sequence
 	amqScript     string
 	artemisScript string
 }
 
-// Defaults of the full form, and of -short where they differ.
+// Defaults of the full form, and of -short, -ha and -ha -short where they
+// differ. A round of -ha is a failover and a fail-back.
 var (
-	full  = config{duration: 2 * time.Minute, rate: 100, gap: 10 * time.Second, rounds: 2, drainTimeout: 120 * time.Second}
-	short = config{duration: 30 * time.Second, rate: 40, gap: 5 * time.Second, rounds: 1, drainTimeout: 75 * time.Second}
+	full    = config{duration: 2 * time.Minute, rate: 100, gap: 10 * time.Second, rounds: 2, drainTimeout: 120 * time.Second}
+	short   = config{duration: 30 * time.Second, rate: 40, gap: 5 * time.Second, rounds: 1, drainTimeout: 75 * time.Second}
+	haFull  = config{duration: 2 * time.Minute, rate: 100, gap: 10 * time.Second, rounds: 3, drainTimeout: 120 * time.Second}
+	haShort = config{duration: 30 * time.Second, rate: 40, gap: 6 * time.Second, rounds: 1, drainTimeout: 75 * time.Second}
 )
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	var cfg config
 	fs := flag.NewFlagSet("faultsuite", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.BoolVar(&cfg.short, "short", false, fmt.Sprintf("the CI form: -duration %s -rate %g -gap %s -rounds %d -drain-timeout %s unless given",
-		short.duration, short.rate, short.gap, short.rounds, short.drainTimeout))
+	fs.BoolVar(&cfg.short, "short", false, fmt.Sprintf("the CI form: -duration %s -rate %g -gap %s -rounds %d -drain-timeout %s unless given (with -ha: %s)",
+		short.duration, short.rate, short.gap, short.rounds, short.drainTimeout, haShort.describe()))
+	fs.BoolVar(&cfg.ha, "ha", false, fmt.Sprintf("run an Artemis primary/backup pair and fail it over and back each round (%s unless given)", haFull.describe()))
 	fs.DurationVar(&cfg.duration, "duration", full.duration, "least time the load runs; it also runs until every fault is done and one -gap more")
 	fs.Float64Var(&cfg.rate, "rate", full.rate, "publishes per second")
 	fs.DurationVar(&cfg.gap, "gap", full.gap, "time between faults")
@@ -114,28 +130,39 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	if fs.NArg() > 0 {
 		return cfg, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	if cfg.short {
-		set := map[string]bool{}
-		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		if !set["duration"] {
-			cfg.duration = short.duration
-		}
-		if !set["rate"] {
-			cfg.rate = short.rate
-		}
-		if !set["gap"] {
-			cfg.gap = short.gap
-		}
-		if !set["rounds"] {
-			cfg.rounds = short.rounds
-		}
-		if !set["drain-timeout"] {
-			cfg.drainTimeout = short.drainTimeout
-		}
+	var form config
+	switch {
+	case cfg.ha && cfg.short:
+		form = haShort
+	case cfg.ha:
+		form = haFull
+	case cfg.short:
+		form = short
+	default:
+		form = full
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if !set["duration"] {
+		cfg.duration = form.duration
+	}
+	if !set["rate"] {
+		cfg.rate = form.rate
+	}
+	if !set["gap"] {
+		cfg.gap = form.gap
+	}
+	if !set["rounds"] {
+		cfg.rounds = form.rounds
+	}
+	if !set["drain-timeout"] {
+		cfg.drainTimeout = form.drainTimeout
 	}
 	switch {
 	case cfg.brokerKind != kindArtemis && cfg.brokerKind != kindActiveMQ:
 		return cfg, fmt.Errorf("-broker-kind must be artemis or activemq, not %q", cfg.brokerKind)
+	case cfg.ha && cfg.brokerKind != kindArtemis:
+		return cfg, errors.New("-ha runs an Artemis pair: -broker-kind must be artemis")
 	case cfg.duration < time.Second || cfg.duration > time.Hour:
 		return cfg, errors.New("-duration must be from 1s to 1h")
 	case cfg.rate < 1 || cfg.rate > 2000:
@@ -152,6 +179,11 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, errors.New("-timeout must be at least 1m")
 	}
 	return cfg, nil
+}
+
+// describe names a form's settings, for the usage text.
+func (c config) describe() string {
+	return fmt.Sprintf("-duration %s -rate %g -gap %s -rounds %d -drain-timeout %s", c.duration, c.rate, c.gap, c.rounds, c.drainTimeout)
 }
 
 // run parses args, runs the suite and prints the report to stdout.

@@ -39,6 +39,7 @@ type report struct {
 	Push tally `json:"push"`
 	Pull tally `json:"pull"`
 
+	HA          bool           `json:"ha"` // an Artemis pair, failed over and back (-ha)
 	Faults      []faultRecord  `json:"faults"`
 	Outbox      map[string]int `json:"outbox"` // published_messages rows by status
 	DeadLetters int            `json:"deadLetters"`
@@ -51,7 +52,7 @@ type report struct {
 
 func (s *suite) report(ctx context.Context, results []result, skipped int, pub *publisher, pl *puller, loadTime, drainTime time.Duration, faultErr error) *report {
 	r := &report{
-		Broker: s.broker.name, Rate: s.cfg.rate, Rounds: s.cfg.rounds, LoadSeconds: round1(loadTime.Seconds()), DrainSeconds: round1(drainTime.Seconds()),
+		Broker: s.brokerName(), HA: s.cfg.ha, Rate: s.cfg.rate, Rounds: s.cfg.rounds, LoadSeconds: round1(loadTime.Seconds()), DrainSeconds: round1(drainTime.Seconds()),
 		Published: len(results), Skipped: skipped, RejectedByStatus: map[string]int{}, PullErrors: pl.errs.Load(),
 	}
 	for _, res := range results {
@@ -82,13 +83,31 @@ func (s *suite) report(ctx context.Context, results []result, skipped int, pub *
 	r.Faults = slices.Clone(s.faultLog)
 	s.mu.Unlock()
 	loadEnd := s.t0.Add(loadTime)
+	var accepts []time.Time
+	for _, res := range results {
+		if res.out == outAccepted && !res.retried {
+			accepts = append(accepts, res.at)
+		}
+	}
+	sends := s.sendTimes(ctx)
 	for i := range r.Faults {
-		from, to := s.t0.Add(seconds(r.Faults[i].At)), loadEnd
+		f := &r.Faults[i]
+		from, to, dupsTo := s.t0.Add(seconds(f.At)), loadEnd, time.Now()
 		if i+1 < len(r.Faults) {
 			to = s.t0.Add(seconds(r.Faults[i+1].At))
+			dupsTo = to
 		}
-		r.Faults[i].PushStall = round1(s.sink.got.longestGap(from, to).Seconds())
-		r.Faults[i].PullStall = round1(pl.got.longestGap(from, to).Seconds())
+		f.PushStall = round1(s.sink.got.longestGap(from, to).Seconds())
+		f.PullStall = round1(pl.got.longestGap(from, to).Seconds())
+		f.AcceptStall = round1(longestGap(accepts, from, to).Seconds())
+		if sends != nil {
+			f.SendStall = round1(longestGap(sends, from, to).Seconds())
+		} else {
+			f.SendStall = -1
+		}
+		f.PushDuplicates = s.sink.got.duplicatesIn(from, dupsTo)
+		f.PullDuplicates = pl.got.duplicatesIn(from, dupsTo)
+		f.BrokerGap = round1(f.BrokerGap)
 	}
 	for _, p := range s.procs() {
 		r.Crashes = append(r.Crashes, p.unexpectedExits()...)
@@ -149,21 +168,50 @@ func (s *suite) dbStats(ctx context.Context) (map[string]int, int) {
 	return out, dead
 }
 
+// sendTimes are the times the relays recorded first sends of copies as
+// confirmed by the broker (attempt 1, never held: later attempts and
+// deferrals are the dispatcher's republishes); nil when the database cannot
+// say.
+func (s *suite) sendTimes(ctx context.Context) []time.Time {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	rows, err := s.pg.db.QueryContext(ctx, "SELECT sent_at FROM published_messages WHERE attempt = 1 AND held = 0 AND sent_at IS NOT NULL")
+	if err != nil {
+		return nil
+	}
+	defer rows.Close()
+	times := []time.Time{}
+	for rows.Next() {
+		var t time.Time
+		if rows.Scan(&t) == nil {
+			times = append(times, t)
+		}
+	}
+	if rows.Err() != nil {
+		return nil
+	}
+	return times
+}
+
 func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }
 
 func seconds(f float64) time.Duration { return time.Duration(f * float64(time.Second)) }
 
 func (r *report) print(w io.Writer) {
-	fmt.Fprintf(w, "\nfault suite: 2 api + 2 dispatcher processes, %s, PostgreSQL; %g publishes/s, %d round(s) of faults\n\n", r.Broker, r.Rate, r.Rounds)
-	fmt.Fprintln(w, "faults (at: seconds since the load started; took: until ready again; stall: the longest time")
-	fmt.Fprintln(w, "without a push / pull delivery from the fault to the next one):")
-	fmt.Fprintf(w, "  %7s  %-24s %6s  %-11s  %s\n", "at", "fault", "took", "stall", "detail")
-	for _, f := range r.Faults {
-		line := fmt.Sprintf("  %6.1fs  %-24s %5.1fs  %4.1fs/%4.1fs  %s", f.At, f.Name, f.Downtime, f.PushStall, f.PullStall, f.Detail)
-		if f.Err != "" {
-			line += "  ERROR: " + f.Err
+	if r.HA {
+		r.printHA(w)
+	} else {
+		fmt.Fprintf(w, "\nfault suite: 2 api + 2 dispatcher processes, %s, PostgreSQL; %g publishes/s, %d round(s) of faults\n\n", r.Broker, r.Rate, r.Rounds)
+		fmt.Fprintln(w, "faults (at: seconds since the load started; took: until ready again; stall: the longest time")
+		fmt.Fprintln(w, "without a push / pull delivery from the fault to the next one):")
+		fmt.Fprintf(w, "  %7s  %-24s %6s  %-11s  %s\n", "at", "fault", "took", "stall", "detail")
+		for _, f := range r.Faults {
+			line := fmt.Sprintf("  %6.1fs  %-24s %5.1fs  %4.1fs/%4.1fs  %s", f.At, f.Name, f.Downtime, f.PushStall, f.PullStall, f.Detail)
+			if f.Err != "" {
+				line += "  ERROR: " + f.Err
+			}
+			fmt.Fprintln(w, line)
 		}
-		fmt.Fprintln(w, line)
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
@@ -211,6 +259,28 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintln(w, r.Verdict)
 	} else {
 		fmt.Fprintln(w, "FAIL:", r.Verdict)
+	}
+}
+
+// printHA prints the header and the failovers and fail-backs of an -ha run.
+func (r *report) printHA(w io.Writer) {
+	fmt.Fprintf(w, "\nfault suite -ha: 2 api + 2 dispatcher processes, %s, PostgreSQL; %g publishes/s, %d round(s) of failover and fail-back\n\n", r.Broker, r.Rate, r.Rounds)
+	fmt.Fprintln(w, "failovers and fail-backs (at: seconds since the load started; took: the step, until the pair is")
+	fmt.Fprintln(w, "synchronized again; broker: no node answered STOMP; then the longest time without a 202 to a")
+	fmt.Fprintln(w, "publish (accept), a relay's send to the broker (send), a push / pull delivery, from the step to the")
+	fmt.Fprintln(w, "next one; dups: push / pull duplicates that arrived meanwhile):")
+	fmt.Fprintf(w, "  %7s  %-9s %6s %7s %7s %6s %6s %6s  %-7s  %s\n", "at", "step", "took", "broker", "accept", "send", "push", "pull", "dups", "detail")
+	for _, f := range r.Faults {
+		send := fmt.Sprintf("%5.1fs", f.SendStall)
+		if f.SendStall < 0 {
+			send = "     ?"
+		}
+		line := fmt.Sprintf("  %6.1fs  %-9s %5.1fs %6.1fs %6.1fs %s %5.1fs %5.1fs  %-7s  %s", f.At, f.Name, f.Downtime, f.BrokerGap,
+			f.AcceptStall, send, f.PushStall, f.PullStall, fmt.Sprintf("%d/%d", f.PushDuplicates, f.PullDuplicates), f.Detail)
+		if f.Err != "" {
+			line += "  ERROR: " + f.Err
+		}
+		fmt.Fprintln(w, line)
 	}
 }
 

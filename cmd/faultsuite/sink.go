@@ -20,6 +20,7 @@ type receipts struct {
 	events map[int]map[string]bool // seq → distinct event ids received
 	stray  int                     // messages with a correlation id of no publish of this run
 	times  []time.Time             // when each message of this run arrived
+	dups   []time.Time             // when each receipt of a publish already received arrived
 }
 
 func newReceipts() *receipts {
@@ -34,8 +35,12 @@ func (r *receipts) add(prefix, correlationID, eventID string) {
 		r.stray++
 		return
 	}
+	now := time.Now()
+	if r.count[seq] > 0 {
+		r.dups = append(r.dups, now)
+	}
 	r.count[seq]++
-	r.times = append(r.times, time.Now())
+	r.times = append(r.times, now)
 	if r.events[seq] == nil {
 		r.events[seq] = map[string]bool{}
 	}
@@ -48,6 +53,26 @@ func (r *receipts) longestGap(from, to time.Time) time.Duration {
 	r.mu.Lock()
 	times := slices.Clone(r.times)
 	r.mu.Unlock()
+	return longestGap(times, from, to)
+}
+
+// duplicatesIn counts the receipts of a publish already received that
+// arrived in [from, to).
+func (r *receipts) duplicatesIn(from, to time.Time) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, t := range r.dups {
+		if !t.Before(from) && t.Before(to) {
+			n++
+		}
+	}
+	return n
+}
+
+// longestGap is the longest time in [from, to) without one of times (in any
+// order; sorted in place), counted from from and up to to.
+func longestGap(times []time.Time, from, to time.Time) time.Duration {
 	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
 	var longest time.Duration
 	prev := from

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -23,7 +24,8 @@ type suite struct {
 
 	mu          sync.Mutex
 	pg          *postgres
-	broker      *brokerProc
+	broker      *brokerProc  // the broker, unless -ha
+	pair        *artemisPair // the broker with -ha
 	apis        []*service
 	dispatchers []*service
 	sink        *sink
@@ -52,6 +54,14 @@ func (s *suite) run(ctx context.Context) (*report, error) {
 	// The JVM starts while the service builds and initdb runs.
 	brokerErr := make(chan error, 1)
 	go func() {
+		if s.cfg.ha {
+			p, err := setupArtemisPair(ctx, tmp, s.cfg.artemisScript)
+			s.mu.Lock()
+			s.pair = p
+			s.mu.Unlock()
+			brokerErr <- err
+			return
+		}
 		b, err := setupBroker(ctx, tmp, s.cfg)
 		s.mu.Lock()
 		s.broker = b
@@ -81,11 +91,11 @@ func (s *suite) run(ctx context.Context) (*report, error) {
 	}
 	s.logf("PostgreSQL (%s) on 127.0.0.1:%d", pgBin, pg.port)
 	if err := <-brokerErr; err != nil {
-		return nil, fmt.Errorf("%s: %w", s.cfg.brokerKind, err)
+		return nil, fmt.Errorf("%s: %w", s.brokerName(), err)
 	}
-	s.logf("%s on stomp://127.0.0.1:%d", s.broker.name, s.broker.port)
+	s.logf("%s: %s", s.brokerName(), redactURL(s.brokerURL()))
 
-	env := serviceEnv(pg.url, s.broker.url)
+	env := serviceEnv(pg.url, s.brokerURL())
 	migrate := exec.CommandContext(ctx, bin, "migrate")
 	migrate.Env = env
 	if out, err := migrate.CombinedOutput(); err != nil {
@@ -225,8 +235,8 @@ func (s *suite) cleanup(keep bool) error {
 	if s.sink != nil {
 		s.sink.close()
 	}
-	if s.broker != nil {
-		_ = s.broker.proc.stop(syscall.SIGKILL, 10*time.Second)
+	for _, b := range s.brokersLocked() {
+		_ = b.proc.stop(syscall.SIGKILL, 10*time.Second)
 	}
 	if s.pg != nil {
 		if s.pg.db != nil {
@@ -257,13 +267,55 @@ func (s *suite) procs() []*proc {
 	for _, d := range s.dispatchers {
 		ps = append(ps, d.proc)
 	}
-	if s.broker != nil {
-		ps = append(ps, s.broker.proc)
+	for _, b := range s.brokersLocked() {
+		ps = append(ps, b.proc)
 	}
 	if s.pg != nil {
 		ps = append(ps, s.pg.proc)
 	}
 	return ps
+}
+
+// brokersLocked lists the broker processes (the broker, or both nodes of the
+// pair); s.mu is held.
+func (s *suite) brokersLocked() []*brokerProc {
+	switch {
+	case s.pair != nil:
+		return s.pair.nodes[:]
+	case s.broker != nil:
+		return []*brokerProc{s.broker}
+	}
+	return nil
+}
+
+// brokerName names the broker in logs and the report.
+func (s *suite) brokerName() string {
+	switch {
+	case s.cfg.ha:
+		return "Artemis primary/backup pair (replication)"
+	case s.cfg.brokerKind == kindActiveMQ:
+		return "ActiveMQ Classic"
+	}
+	return "Artemis"
+}
+
+// brokerURL is the service's BROKER_URL: with -ha it names both nodes.
+func (s *suite) brokerURL() string {
+	if s.pair != nil {
+		return s.pair.url
+	}
+	return s.broker.url
+}
+
+// redactURL hides the password of a broker URL.
+func redactURL(u string) string {
+	scheme, rest, ok := strings.Cut(u, "://")
+	at := strings.LastIndex(rest, "@")
+	if !ok || at < 0 {
+		return u
+	}
+	user, _, _ := strings.Cut(rest[:at], ":")
+	return scheme + "://" + user + ":xxxxx@" + rest[at+1:]
 }
 
 func (s *suite) logTails(w io.Writer, lines int) {
