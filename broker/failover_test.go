@@ -241,6 +241,12 @@ func TestStompFailoverMidStream(t *testing.T) {
 	if !strings.Contains(logs.String(), "broker: connected to "+backup.addr+" (failover from "+primary.addr+")") {
 		t.Errorf("no INFO line naming the failover; logged:\n%s", logs.String())
 	}
+	// Each connection says where it is now.
+	for _, conn := range []string{"sender-1", "sender-2", "sender-3", `"consumer room-1::subscription-2"`} {
+		if line := "conn=" + conn + " host=" + backup.addr + " previous_host=" + primary.addr; !strings.Contains(logs.String(), line) {
+			t.Errorf("no line with %s; logged:\n%s", line, logs.String())
+		}
+	}
 
 	// Fail-back: the backup stops, the primary is live again.
 	from := len(primary.recorded())
@@ -260,6 +266,34 @@ func TestStompFailoverMidStream(t *testing.T) {
 	}
 	if strings.Contains(logs.String(), "s3cret") {
 		t.Errorf("the log holds the password:\n%s", logs.String())
+	}
+}
+
+// TestOpenRefusedLoginOnSomeHost: a host that refuses the login is passed
+// over for a live one; with none live, the refusal fails Open, as with one
+// host, without the password.
+func TestOpenRefusedLoginOnSomeHost(t *testing.T) {
+	refusing, live := newFakeStomp(t), newFakeStomp(t)
+	refusing.onConnect = func(*frame.Frame) *frame.Frame {
+		e := frame.New(frame.ERROR, frame.Message, "Security Error occurred: User name [roomhub] or password is invalid.")
+		e.Body = []byte("AMQ229031")
+		return e
+	}
+	b := openHosts(t, []string{refusing.addr, live.addr}, "dialect=activemq", io.Discard)
+	if err := b.Send(testCtx(t), broker.Message{Destination: broker.Destination{Address: "a", Queue: "q"}, Body: []byte("x"), Attempt: 1}); err != nil {
+		t.Fatal(err)
+	}
+	live.waitFrame(0, time.Second, isSendOf("x"))
+
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	b2, err := broker.Open(ctx, "stomp://roomhub:s3cret@"+closedPort(t)+","+refusing.addr+"?dialect=activemq", slog.New(slog.DiscardHandler))
+	if err == nil {
+		_ = b2.Close()
+		t.Fatal("Open succeeded with the login refused and no host live")
+	}
+	if !strings.Contains(err.Error(), "password is invalid") || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("Open: %v, want the refusal, without the password", err)
 	}
 }
 

@@ -260,6 +260,8 @@ func TestRedact(t *testing.T) {
 	for _, tc := range []struct{ in, want string }{
 		{"stomp://user:secret@h:61613?dialect=artemis", "stomp://user:xxxxx@h:61613?dialect=artemis"},
 		{"stomp://user@h:61613", "stomp://user@h:61613"},
+		{"stomp://user:secret@h1:61613,h2:61613?dialect=artemis", "stomp://user:xxxxx@h1:61613,h2:61613?dialect=artemis"},
+		{"stomp+ssl://user:p%2C%40@h1,[::1]:1", "stomp+ssl://user:xxxxx@h1,[::1]:1"},
 		{"stomp://h:61613", "stomp://h:61613"},
 		{"embedded", "embedded"},
 		{"", ""},

@@ -200,11 +200,10 @@ func (b *stompBroker) dialHost(ctx context.Context, name string, i int) (*conn, 
 	stop := context.AfterFunc(ctx, func() { sock.kill(context.Cause(ctx)) })
 	sc, err := stomp.ConnectWithContext(ctx, sock, b.connectOptions(h.name)...)
 	if !stop() {
-		if err == nil {
-			err = context.Cause(ctx)
-		}
+		// ctx ended and closed the socket: whatever go-stomp saw of that
+		// (a read on a closed connection) is its consequence.
 		_ = sock.Close()
-		return nil, fmt.Errorf("broker: connect to %s: %w", h.addr, err)
+		return nil, fmt.Errorf("broker: connect to %s: %w", h.addr, context.Cause(ctx))
 	}
 	if err != nil {
 		_ = sock.Close()
@@ -464,13 +463,14 @@ func (l *link) await(ctx context.Context) (*conn, error) {
 // run supervises the link until the broker closes; first may be nil.
 func (l *link) run(first *conn) {
 	ctx := l.b.ctx
-	c, flaps := first, 0
+	c, flaps, prevHost := first, 0, ""
 	for {
 		if c == nil {
-			if c = l.b.redial(ctx, l.name, flaps); c == nil {
+			if c = l.b.redial(ctx, l.name, flaps, prevHost); c == nil {
 				return
 			}
 		}
+		prevHost = c.host
 		l.set(c)
 		select {
 		case <-c.sock.dead:
@@ -518,7 +518,9 @@ func (b *stompBroker) nextFlaps(c *conn, flaps int) int {
 
 // redial connects, retrying with backoff until ctx ends (then it returns nil).
 // flaps > 0 delays the first attempt as if that many attempts had failed.
-func (b *stompBroker) redial(ctx context.Context, name string, flaps int) *conn {
+// prevHost is the host of the connection lost ("" for none): a connection
+// that comes back on another host says so, however soon it came back.
+func (b *stompBroker) redial(ctx context.Context, name string, flaps int, prevHost string) *conn {
 	for attempt := flaps; ; attempt++ {
 		if attempt > 0 {
 			if !sleepCtx(ctx, backoff(attempt-1, b.cfg.minReconnectDelay, b.cfg.maxReconnectDelay, rand.Float64())) {
@@ -527,7 +529,10 @@ func (b *stompBroker) redial(ctx context.Context, name string, flaps int) *conn 
 		}
 		c, err := b.dial(ctx, name)
 		if err == nil {
-			if attempt > flaps {
+			switch {
+			case prevHost != "" && c.host != prevHost:
+				b.log.Info("broker: reconnected", "conn", name, "host", c.host, "previous_host", prevHost, "attempts", attempt-flaps+1)
+			case attempt > flaps:
 				b.log.Info("broker: reconnected", "conn", name, "host", c.host, "attempts", attempt-flaps+1)
 			}
 			return c

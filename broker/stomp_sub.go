@@ -116,12 +116,13 @@ func (s *stompSub) run() {
 	defer close(s.done)
 	defer close(s.out)
 	defer s.b.forget(s)
-	flaps, subscribedOnce := 0, sync.OnceFunc(func() { close(s.subscribed) })
+	flaps, subscribedOnce, prevHost := 0, sync.OnceFunc(func() { close(s.subscribed) }), ""
 	for {
-		c := s.b.redial(s.ctx, s.name, flaps)
+		c := s.b.redial(s.ctx, s.name, flaps, prevHost)
 		if c == nil {
 			return
 		}
+		prevHost = c.host
 		if !s.consume(c, subscribedOnce) {
 			return
 		}

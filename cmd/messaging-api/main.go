@@ -64,13 +64,30 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	return checkBroker(ctx, cfg, app.NewLogger(cfg, stderr), stderr)
 }
 
-// checkBroker runs the broker checks of prepareBroker once (creating the push
-// queue, as a start would) and prints what
-// they find: an operator's way to see that the broker (its broker.properties
-// included) suits the service before starting it.
+// checkBroker reports the state of each host of the broker URL, then runs
+// the broker checks of prepareBroker once (creating the push queue, as a
+// start would) and prints what they find: an operator's way to see that the
+// broker (its broker.properties included) suits the service before starting
+// it. It fails at once when no host is live.
 func checkBroker(ctx context.Context, cfg app.Config, logger *slog.Logger, out io.Writer) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	hosts, err := broker.ProbeHosts(ctx, cfg.BrokerURL, logger)
+	if err != nil {
+		return err
+	}
+	live := 0
+	for _, h := range hosts {
+		if h.State == broker.HostLive {
+			live++
+			fmt.Fprintf(out, "host %s: %s\n", h.Host, h.State)
+		} else {
+			fmt.Fprintf(out, "host %s: %s (%v)\n", h.Host, h.State, h.Err)
+		}
+	}
+	if len(hosts) > 0 && live == 0 {
+		return fmt.Errorf("broker: no host of %s is live", broker.Redact(cfg.BrokerURL))
+	}
 	b, err := broker.Open(ctx, cfg.BrokerURL, logger)
 	if err != nil {
 		return fmt.Errorf("broker: %w", err)
