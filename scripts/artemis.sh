@@ -27,11 +27,16 @@
 # the passive node, synchronizes and takes over again; the backup allows that
 # fail-back and restarts as the passive node after it (allow-failback,
 # restart-backup). A passive node does not answer STOMP: the client finds the
-# active one among the hosts of `pair url`.
+# active one among the hosts of `pair url`. Two nodes and no quorum: see the
+# split-brain limit in docs/deployment.md. Artemis now and then stops the
+# former backup for good after a fail-back (its JVM exits): `pair start`
+# starts it again.
 #
 #   scripts/artemis.sh pair start             start the primary (active), then the backup, and
 #                                             wait until the backup is synchronized
-#   scripts/artemis.sh pair stop              stop the passive node, then the active one
+#   scripts/artemis.sh pair stop              stop the passive node (once synchronized), then the
+#                                             active one; if the backup is active, the primary
+#                                             takes over first, so that it holds the newest journal
 #   scripts/artemis.sh pair status            each node: active, passive (synchronized or not)
 #                                             or stopped; exit 0 when one node is active
 #   scripts/artemis.sh pair url               the BROKER_URL naming both nodes

@@ -113,6 +113,19 @@ func (p *proc) exited() <-chan struct{} {
 	return p.done
 }
 
+// excuseLastExit takes the last exit nobody asked for off the list of
+// unexpected exits, for the caller to report otherwise, and returns it.
+func (p *proc) excuseLastExit() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.crashes) == 0 {
+		return p.name + " exited"
+	}
+	last := p.crashes[len(p.crashes)-1]
+	p.crashes = p.crashes[:len(p.crashes)-1]
+	return last
+}
+
 // unexpectedExits lists the runs that ended without the suite asking.
 func (p *proc) unexpectedExits() []string {
 	p.mu.Lock()

@@ -45,6 +45,9 @@ type report struct {
 	DeadLetters int            `json:"deadLetters"`
 	PullErrors  int64          `json:"pullErrors"`
 	Crashes     []string       `json:"crashes"`
+	// BrokerRestarts (-ha) lists the nodes of the pair whose JVM exited by
+	// itself at the end of a fail-back and that the suite started again.
+	BrokerRestarts []string `json:"brokerRestarts,omitempty"`
 
 	Pass    bool   `json:"pass"`
 	Verdict string `json:"verdict"`
@@ -113,6 +116,9 @@ func (s *suite) report(ctx context.Context, results []result, skipped int, pub *
 		r.Crashes = append(r.Crashes, p.unexpectedExits()...)
 	}
 	r.Outbox, r.DeadLetters = s.dbStats(ctx)
+	if s.pair != nil {
+		r.BrokerRestarts = slices.Clone(s.pair.restarts)
+	}
 
 	var fails []string
 	if faultErr != nil {
@@ -251,6 +257,9 @@ func (r *report) print(w io.Writer) {
 		if t.t.Unconfirmed > 0 {
 			fmt.Fprintf(w, "%s: received %d publishes not answered 202: %s\n", t.name, t.t.Unconfirmed, statuses(t.t.UnconfirmedBy))
 		}
+	}
+	for _, c := range r.BrokerRestarts {
+		fmt.Fprintln(w, "broker node restarted:", c)
 	}
 	for _, c := range r.Crashes {
 		fmt.Fprintln(w, "crash:", c)
