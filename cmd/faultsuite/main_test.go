@@ -220,3 +220,27 @@ func TestRedactURL(t *testing.T) {
 		}
 	}
 }
+
+// TestExcuseLastExit: an exit nobody asked for is a crash until the caller
+// takes it off the list to report it otherwise.
+func TestExcuseLastExit(t *testing.T) {
+	t.Parallel()
+	p := &proc{name: "node", path: "/bin/sh", args: []string{"-c", "exit 0"}, logPath: t.TempDir() + "/node.log"}
+	if err := p.start(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-p.exited():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the process did not exit")
+	}
+	if got := p.unexpectedExits(); len(got) != 1 || !strings.Contains(got[0], "node (pid") {
+		t.Fatalf("unexpected exits = %q, want the one exit", got)
+	}
+	if got := p.excuseLastExit(); !strings.Contains(got, "exited by itself") {
+		t.Errorf("excuseLastExit = %q", got)
+	}
+	if got := p.unexpectedExits(); len(got) != 0 {
+		t.Errorf("unexpected exits after the excuse = %q, want none", got)
+	}
+}
