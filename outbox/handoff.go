@@ -37,6 +37,7 @@ type handoff struct {
 	// Outcomes waiting to be recorded.
 	recMu    sync.Mutex
 	sent     []uuid.UUID
+	sentFrom time.Time // when the first of sent began (see Store.MarkSent)
 	failed   []uuid.UUID
 	refused  []Refusal
 	recWake  chan struct{}
@@ -186,9 +187,21 @@ func (r *Relay) streamOne(ctx context.Context, x handed) {
 			r.recordLater(func() { h.failed = append(h.failed, x.p.ID) })
 		default:
 			r.setDown(false)
-			r.recordLater(func() { h.sent = append(h.sent, x.p.ID) })
+			r.recordLater(func() { h.addSent(now, x.p.ID) })
 		}
 	}()
+}
+
+// addSent adds sends that began at from to those waiting to be recorded;
+// the caller holds recMu.
+func (h *handoff) addSent(from time.Time, ids ...uuid.UUID) {
+	if len(ids) == 0 {
+		return
+	}
+	if len(h.sent) == 0 || from.Before(h.sentFrom) {
+		h.sentFrom = from
+	}
+	h.sent = append(h.sent, ids...)
 }
 
 // recordLater adds an outcome under the record lock and wakes the recorder.
@@ -274,7 +287,7 @@ func (r *Relay) linger(streamDone <-chan struct{}) {
 func (r *Relay) flush(ctx context.Context) error {
 	h := r.hand
 	h.recMu.Lock()
-	sent, failed, refusals := h.sent, h.failed, h.refused
+	sent, sentFrom, failed, refusals := h.sent, h.sentFrom, h.failed, h.refused
 	h.sent, h.failed, h.refused = nil, nil, nil
 	h.recMu.Unlock()
 	if len(sent)+len(failed)+len(refusals) == 0 {
@@ -285,7 +298,7 @@ func (r *Relay) flush(ctx context.Context) error {
 	// As in a round: a confirmed send should be marked even during shutdown.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	err := r.store.MarkSent(rctx, sent, r.now())
+	err := r.store.MarkSent(rctx, sent, sentFrom)
 	if err == nil {
 		r.obs.Relayed("sent", len(sent))
 		sent = nil
@@ -304,7 +317,8 @@ func (r *Relay) flush(ctx context.Context) error {
 	}
 	if err != nil {
 		h.recMu.Lock()
-		h.sent, h.failed, h.refused = append(h.sent, sent...), append(h.failed, failed...), append(h.refused, refusals...)
+		h.addSent(sentFrom, sent...)
+		h.failed, h.refused = append(h.failed, failed...), append(h.refused, refusals...)
 		h.recMu.Unlock()
 		return err
 	}

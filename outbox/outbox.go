@@ -71,7 +71,11 @@ type Store interface {
 	// ClaimPending leases up to limit pending sends to owner until the lease
 	// ends, skipping rows another relay holds.
 	ClaimPending(ctx context.Context, owner string, until time.Time, limit int) ([]Pending, error)
-	// MarkSent records the broker's confirmation of these sends.
+	// MarkSent records the broker's confirmation of these sends. at is when
+	// they were sent: no later than any of them began (the broker may hand
+	// a copy to its consumer before its receipt is recorded), so a copy's
+	// sent time is never after its delivery; a copy created after at is
+	// sent at its creation.
 	MarkSent(ctx context.Context, ids []uuid.UUID, at time.Time) error
 	// Release gives up the lease on sends that could not be sent.
 	Release(ctx context.Context, ids []uuid.UUID) error

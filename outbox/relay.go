@@ -373,7 +373,7 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 	// Each write is retried while the database fails, until the rows'
 	// lease ends: given up at once, a blip left the sent rows to another
 	// relay after the lease (30 s later, and sent twice).
-	if err := r.retryRecord(ctx, leaseEnd, func(rctx context.Context) error { return r.store.MarkSent(rctx, sent, r.now()) }); err != nil {
+	if err := r.retryRecord(ctx, leaseEnd, func(rctx context.Context) error { return r.store.MarkSent(rctx, sent, now) }); err != nil {
 		return len(pending), err
 	}
 	if err := r.retryRecord(ctx, leaseEnd, func(rctx context.Context) error { return r.recordRefusals(rctx, refusals) }); err != nil {

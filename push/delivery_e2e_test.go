@@ -723,17 +723,51 @@ func TestPushLogKeepsOutcome(t *testing.T) {
 				"the relay's MarkSent overwrote the dispatcher's outcome (store/events.go MarkSent)", counts, over)
 		}
 	}()
+	var rows []delivery.DeliveryResponse
 	apitest.EventuallyWithin(t, 5*time.Second, "300 delivered rows in the delivery log", func() bool {
-		counts, over = map[string]int{}, 0
+		counts, over, rows = map[string]int{}, 0, nil
 		for _, sub := range subs {
 			for _, d := range sub.Deliveries("") {
 				counts[d.Status]++
 				if overwritten(d.Status, d.CompletedAt) {
 					over++
 				}
+				rows = append(rows, d)
 			}
 		}
 		return counts["delivered"] == 300
 	})
 	settled = true
+	// The times come in the order the API documents, although deliveries
+	// finish while the relay is still recording its sends.
+	for _, d := range rows {
+		checkTimeOrder(t, d)
+	}
+}
+
+// checkTimeOrder fails unless a settled row's times come in the documented
+// order: createdAt, sentAt, requestStartedAt (none for a copy held back
+// without a request), completedAt. A millisecond of slack covers the
+// rounding of the latency to milliseconds and of stored times to
+// microseconds.
+func checkTimeOrder(t *testing.T, d delivery.DeliveryResponse) {
+	t.Helper()
+	if d.SentAt == nil || d.CompletedAt == nil || (d.Status == "delivered" && d.RequestStartedAt == nil) {
+		t.Errorf("delivery %s (%s): sentAt %v, requestStartedAt %v, completedAt %v", d.ID, d.Status, d.SentAt, d.RequestStartedAt, d.CompletedAt)
+		return
+	}
+	names := []string{"createdAt", "sentAt", "requestStartedAt", "completedAt"}
+	times := []*time.Time{&d.CreatedAt, d.SentAt, d.RequestStartedAt, d.CompletedAt}
+	var prev *time.Time
+	prevName := ""
+	for i, at := range times {
+		if at == nil {
+			continue
+		}
+		if prev != nil && at.Add(time.Millisecond).Before(*prev) {
+			t.Errorf("delivery %s (%s): %s %s is before %s %s", d.ID, d.Status,
+				names[i], at.Format(time.RFC3339Nano), prevName, prev.Format(time.RFC3339Nano))
+		}
+		prev, prevName = at, names[i]
+	}
 }

@@ -755,7 +755,8 @@ func (p *Dispatcher) settle(ctx context.Context, d *broker.Delivery, dec *decisi
 		}
 	}
 	if s.Resend != nil && !parked {
-		msg := message.Encode(*s.Resend, message.Decode(d), p.now())
+		sentAt := p.now()
+		msg := message.Encode(*s.Resend, message.Decode(d), sentAt)
 		if err := p.broker.Send(ctx, msg); err != nil {
 			// The row is in the outbox: the relay sends it once its claim
 			// lapses. The original can be acked all the same.
@@ -764,7 +765,7 @@ func (p *Dispatcher) settle(ctx context.Context, d *broker.Delivery, dec *decisi
 			if rerr := p.log.Release(context.WithoutCancel(ctx), []uuid.UUID{s.Resend.ID}); rerr != nil {
 				return rerr
 			}
-		} else if err := p.log.MarkSent(context.WithoutCancel(ctx), []uuid.UUID{s.Resend.ID}, p.now()); err != nil {
+		} else if err := p.log.MarkSent(context.WithoutCancel(ctx), []uuid.UUID{s.Resend.ID}, sentAt); err != nil {
 			p.logger.WarnContext(ctx, "push: could not mark a resend sent; it may be sent twice", slog.Any("error", err),
 				slog.String("correlation_id", d.CorrelationID))
 		}

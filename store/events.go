@@ -509,10 +509,14 @@ func (s *Events) MarkSent(ctx context.Context, ids []uuid.UUID, at time.Time) er
 	}
 	// The consumer may have settled the copy already (delivered before the
 	// receipt was recorded): keep its outcome, only fill in sent_at. A
-	// pending copy's error is a refusal the broker has now got over.
+	// pending copy's error is a refusal the broker has now got over. at is
+	// no later than any send began; a copy created after it was sent at its
+	// creation.
 	pending := string(message.StatusPending)
-	return s.recordAndRemove(ctx, ids, "sent_at = COALESCE(sent_at, ?), error = CASE WHEN status = ? THEN '' ELSE error END, status = CASE WHEN status = ? THEN ? ELSE status END",
-		at.UTC(), pending, pending, string(message.StatusSent))
+	at = at.UTC()
+	return s.recordAndRemove(ctx, ids, "sent_at = COALESCE(sent_at, CASE WHEN created_at > ? THEN created_at ELSE ? END), "+
+		"error = CASE WHEN status = ? THEN '' ELSE error END, status = CASE WHEN status = ? THEN ? ELSE status END",
+		at, at, pending, pending, string(message.StatusSent))
 }
 
 // recordAndRemove runs UPDATE published_messages SET set on the log rows ids
