@@ -285,10 +285,11 @@ func (s setting) shown(v string) string {
 // time.Duration's 1h0m0s.
 func formatDuration(d time.Duration) string {
 	out := d.String()
-	for _, zero := range []string{"0s", "0m"} {
-		if strings.HasSuffix(out, zero) && len(out) > len(zero) && !strings.HasSuffix(out, "ms") {
-			out = strings.TrimSuffix(out, zero)
-		}
+	if strings.HasSuffix(out, "m0s") {
+		out = strings.TrimSuffix(out, "0s")
+	}
+	if strings.HasSuffix(out, "h0m") {
+		out = strings.TrimSuffix(out, "0m")
 	}
 	return out
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestSettingKinds: the kind the help shows for each setting is what the
@@ -98,6 +99,19 @@ func TestSettingsHelp(t *testing.T) {
 	for _, line := range []string{"  -push-timeout duration\n", "  -push-workers int\n", "  -database-url URL\n", "  -console[=true|false]\n", "  -publish-rate-limit number\n"} {
 		if !strings.Contains(help, line) {
 			t.Errorf("the help lacks %q", line)
+		}
+	}
+}
+
+// TestFormatDuration: defaults show as they would be written.
+func TestFormatDuration(t *testing.T) {
+	t.Parallel()
+	for d, want := range map[time.Duration]string{
+		30 * time.Second: "30s", 10 * time.Minute: "10m", time.Hour: "1h", 90 * time.Minute: "1h30m",
+		250 * time.Millisecond: "250ms", 168 * time.Hour: "168h", time.Hour + 30*time.Second: "1h0m30s", 0: "0s",
+	} {
+		if got := formatDuration(d); got != want {
+			t.Errorf("formatDuration(%v) = %q, want %q", d, got, want)
 		}
 	}
 }
