@@ -1,7 +1,8 @@
 # Run `make help` for the list of targets.
 SHELL := /bin/bash
-GO    ?= go
-BIN   := bin/messaging-api
+GO      ?= go
+BIN     := bin/messaging-api
+ROOMCTL := bin/roomctl
 
 # The local ActiveMQ Classic that scripts/activemq.sh runs (STOMP on 61623).
 ACTIVEMQ_STOMP_PORT ?= 61623
@@ -14,8 +15,9 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## build bin/messaging-api
+build: ## build bin/messaging-api (the service) and bin/roomctl (its command-line client)
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/messaging-api
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(ROOMCTL) ./cmd/roomctl
 
 .PHONY: run
 run: ## run the service with the embedded defaults (SQLite file, in-process broker) on :8080, with the web console at /console/; push URLs may be on loopback
