@@ -1,7 +1,8 @@
 # Run `make help` for the list of targets.
 SHELL := /bin/bash
-GO    ?= go
-BIN   := bin/messaging-api
+GO      ?= go
+BIN     := bin/messaging-api
+ROOMCTL := bin/roomctl
 
 # The local ActiveMQ Classic that scripts/activemq.sh runs (STOMP on 61623).
 ACTIVEMQ_STOMP_PORT ?= 61623
@@ -14,8 +15,9 @@ help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: build
-build: ## build bin/messaging-api
+build: ## build bin/messaging-api (the service) and bin/roomctl (its command-line client)
 	CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN) ./cmd/messaging-api
+	CGO_ENABLED=0 $(GO) build -trimpath -o $(ROOMCTL) ./cmd/roomctl
 
 .PHONY: run
 run: ## run the service with the embedded defaults (SQLite file, in-process broker) on :8080, with the web console at /console/; push URLs may be on loopback
@@ -110,6 +112,7 @@ test-short: ## unit tests only: no PostgreSQL, no broker
 lint: ## gofmt, go mod tidy, go vet, and golangci-lint (installed first on CI)
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	@$(GO) mod tidy -diff >/dev/null || { echo "go mod tidy would change go.mod or go.sum"; $(GO) mod tidy -diff; exit 1; }
+	@cd tools && $(GO) mod tidy -diff >/dev/null || { echo "go mod tidy would change tools/go.mod or tools/go.sum"; $(GO) mod tidy -diff; exit 1; }
 	$(GO) vet ./...
 	@lint="$$(go env GOPATH)/bin/golangci-lint"; \
 	if [ ! -x "$$lint" ] && [ "$${CI:-}" = true ]; then $(MAKE) --no-print-directory lint-install; fi; \
@@ -123,6 +126,33 @@ lint-install: ## install golangci-lint v2.6.0 with the Go toolchain (a few minut
 .PHONY: fmt
 fmt: ## format the code
 	gofmt -w $$(git ls-files '*.go')
+
+# The clients generated from openapi.yaml: the Go client (client/client.gen.go,
+# by the oapi-codegen that tools/go.mod pins) and the TypeScript types
+# (clients/typescript/openapi.d.ts, by openapi-typescript). The npm packages
+# (openapi-typescript, typescript, @redocly/cli) are pinned by
+# clients/typescript/package-lock.json and installed by npm ci on first use.
+TS_DIR := clients/typescript
+
+$(TS_DIR)/node_modules/.package-lock.json: $(TS_DIR)/package-lock.json
+	@command -v npm >/dev/null || { echo "npm is missing: install Node.js 20.19 or later with npm (apt-get install nodejs npm)"; exit 1; }
+	@node -e 'const [a, b] = process.versions.node.split(".").map(Number); process.exit(a > 20 || (a === 20 && b >= 19) ? 0 : 1)' || \
+		{ echo "Node.js $$(node --version) is too old: @redocly/cli needs 20.19 or later"; exit 1; }
+	cd $(TS_DIR) && npm ci --no-audit --no-fund
+
+.PHONY: generate generate-check spec-lint
+generate: $(TS_DIR)/node_modules/.package-lock.json ## regenerate the Go client (client/) and the TypeScript types (clients/typescript/) from openapi.yaml
+	$(GO) tool -modfile=tools/go.mod oapi-codegen -config client/oapi-codegen.yaml openapi.yaml
+	cd $(TS_DIR) && npm run --silent generate
+
+generate-check: generate ## fail when regenerating the clients changes them; type-check the TypeScript (tsc --strict)
+	@changed=$$(git diff --name-only -- client $(TS_DIR); git ls-files --others --exclude-standard -- client $(TS_DIR)); \
+	if [ -n "$$changed" ]; then \
+		echo "make generate changed the generated clients (commit them with openapi.yaml):"; echo "$$changed"; exit 1; fi
+	cd $(TS_DIR) && npx --no-install tsc --strict --noEmit -p .
+
+spec-lint: $(TS_DIR)/node_modules/.package-lock.json ## lint openapi.yaml with Redocly CLI (rules in redocly.yaml; any problem fails)
+	$(TS_DIR)/node_modules/.bin/redocly lint openapi.yaml
 
 .PHONY: migrate
 migrate: ## apply migrations to DATABASE_URL and exit

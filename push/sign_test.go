@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -239,4 +240,64 @@ func firstLine(s string) string {
 		}
 	}
 	return fmt.Sprintf("%.200s", lines[0])
+}
+
+// TestVerify checks Verify against the specification's test vector, Sign's
+// headers and what a receiver must refuse.
+func TestVerify(t *testing.T) {
+	t.Parallel()
+	const (
+		specSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+		specID     = "msg_p5jXN8AQM9LWM0D4loKWxJek"
+		specTS     = "1614265330"
+		specBody   = `{"test": 2432232314}`
+		specSig    = "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE="
+	)
+	specTime := time.Unix(1614265330, 0)
+	current, previous, other := newTestSecret(t), newTestSecret(t), newTestSecret(t)
+	ts := time.Unix(1767225600, 0)
+	body := []byte(`{"orderId":"A-1"}`)
+	rotated := Sign([]string{current, previous}, "evt-1", ts, body)
+	tests := []struct {
+		name      string
+		secrets   []string
+		id, stamp string
+		body      string
+		header    string
+		now       time.Time
+		tolerance time.Duration
+		want      int
+		wantErr   error
+		errText   string
+	}{
+		{name: "specification vector", secrets: []string{specSecret}, id: specID, stamp: specTS, body: specBody, header: specSig, now: specTime.Add(4 * time.Minute), tolerance: 5 * time.Minute},
+		{name: "time not checked", secrets: []string{specSecret}, id: specID, stamp: specTS, body: specBody, header: specSig, now: time.Now()},
+		{name: "among other entries", secrets: []string{specSecret}, id: specID, stamp: specTS, body: specBody, header: "v2,abc v1,bm90IGl0 " + specSig, now: specTime},
+		{name: "tampered body", secrets: []string{specSecret}, id: specID, stamp: specTS, body: `{"test": 2432232315}`, header: specSig, now: specTime, wantErr: ErrMismatch},
+		{name: "other id", secrets: []string{specSecret}, id: specID + "x", stamp: specTS, body: specBody, header: specSig, now: specTime, wantErr: ErrMismatch},
+		{name: "other timestamp", secrets: []string{specSecret}, id: specID, stamp: "1614265331", body: specBody, header: specSig, now: specTime, wantErr: ErrMismatch},
+		{name: "other secret", secrets: []string{other}, id: specID, stamp: specTS, body: specBody, header: specSig, now: specTime, wantErr: ErrMismatch},
+		{name: "too old", secrets: []string{specSecret}, id: specID, stamp: specTS, body: specBody, header: specSig, now: specTime.Add(6 * time.Minute), tolerance: 5 * time.Minute, wantErr: ErrTimestamp, errText: "6m0s away from now"},
+		{name: "from the future", secrets: []string{specSecret}, id: specID, stamp: specTS, body: specBody, header: specSig, now: specTime.Add(-6 * time.Minute), tolerance: 5 * time.Minute, wantErr: ErrTimestamp},
+		{name: "no signature", secrets: []string{specSecret}, id: specID, stamp: specTS, body: specBody, header: "v1a,xyz", now: specTime, wantErr: ErrNoSignature},
+		{name: "empty header", secrets: []string{specSecret}, id: specID, stamp: specTS, body: specBody, now: specTime, wantErr: ErrNoSignature},
+		{name: "bad secret", secrets: []string{other, "whsec_***"}, id: specID, stamp: specTS, body: specBody, header: specSig, now: specTime, errText: "secret 2: not a signing secret"},
+		{name: "no secret", id: specID, stamp: specTS, body: specBody, header: specSig, now: specTime, errText: "no secret"},
+		{name: "rotation: the new secret", secrets: []string{current}, id: "evt-1", stamp: "1767225600", body: string(body), header: rotated, now: ts},
+		{name: "rotation: the old secret", secrets: []string{other, previous}, id: "evt-1", stamp: "1767225600", body: string(body), header: rotated, now: ts, want: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := Verify(tt.secrets, tt.id, tt.stamp, []byte(tt.body), tt.header, tt.now, tt.tolerance)
+			switch {
+			case tt.wantErr == nil && tt.errText == "":
+				if err != nil || got != tt.want {
+					t.Errorf("Verify = %d, %v; want %d, nil", got, err, tt.want)
+				}
+			case tt.wantErr != nil && !errors.Is(err, tt.wantErr), err == nil, !strings.Contains(err.Error(), tt.errText):
+				t.Errorf("Verify = %d, %v; want %v %q", got, err, tt.wantErr, tt.errText)
+			}
+		})
+	}
 }

@@ -1,11 +1,17 @@
 package apptest
 
 import (
+	"context"
+	"encoding/json"
 	"net/http"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/oapi-codegen/nullable"
+
+	"github.com/roomhub/messaging-api/client"
 )
 
 // OrderSchema is the schema of the order.created versions Seed creates.
@@ -15,12 +21,19 @@ const OrderSchema = `{"type":"object","required":["orderId"],"properties":{"orde
 // with event type order.created, versions 1 and 2, and returns the room id.
 func (a *API) Seed(t testing.TB) string {
 	t.Helper()
-	r := a.Do("POST", "/v1/rooms", map[string]any{"identifier": "orders", "managerIdentifier": "team-a", "messageExpiration": 60000})
-	Want(t, r, http.StatusCreated)
-	id := r.JSON(t)["id"].(string)
-	Want(t, a.Do("POST", "/v1/rooms/orders/event-types", map[string]any{"identifier": "order.created"}), http.StatusCreated)
-	Want(t, a.Do("POST", "/v1/rooms/orders/event-types/order.created/versions", `{"version":1,"schema":`+OrderSchema+`}`), http.StatusCreated)
-	Want(t, a.Do("POST", "/v1/rooms/orders/event-types/order.created/versions", `{"schema":`+OrderSchema+`}`), http.StatusCreated)
+	c, ctx := a.Client(), context.Background()
+	manager := "team-a"
+	room, err := c.CreateRoomWithResponse(ctx, client.RoomCreate{
+		Identifier: "orders", ManagerIdentifier: &manager, MessageExpiration: nullable.NewNullableWithValue[int64](60000),
+	})
+	id := Must(t, room, err, room.JSON201).Id.String()
+	et, err := c.CreateEventTypeWithResponse(ctx, "orders", client.EventTypeCreate{Identifier: "order.created"})
+	Must(t, et, err, et.JSON201)
+	one := 1
+	for _, v := range []*int{&one, nil} { // version 1 by number, then the next one
+		r, err := c.CreateVersionWithResponse(ctx, "orders", "order.created", client.VersionCreate{Version: v, Schema: json.RawMessage(OrderSchema)})
+		Must(t, r, err, r.JSON201)
+	}
 	return id
 }
 

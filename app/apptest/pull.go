@@ -4,8 +4,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
+	"github.com/roomhub/messaging-api/client"
 	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/pull"
 )
@@ -30,12 +33,8 @@ type PullSub struct{ Sub }
 // `"ackDeadline":1000`).
 func (c Client) SetupPull(room, roomFields, subFields string) PullSub {
 	c.T.Helper()
-	if roomFields != "" {
-		roomFields = "," + roomFields
-	}
-	c.CallJSON("POST", "/v1/rooms", `{"identifier":"`+room+`","managerIdentifier":"m"`+roomFields+`}`, http.StatusCreated, nil)
-	c.CallJSON("POST", "/v1/rooms/"+room+"/event-types", `{"identifier":"tick"}`, http.StatusCreated, nil)
-	c.CallJSON("POST", "/v1/rooms/"+room+"/event-types/tick/versions", `{"schema":true}`, http.StatusCreated, nil)
+	c.createRoom(room, roomFields)
+	c.createEventType(room, "tick")
 	return c.AddPullSub(room, subFields)
 }
 
@@ -46,11 +45,10 @@ func (c Client) AddPullSub(room, subFields string) PullSub {
 	if subFields != "" {
 		subFields = "," + subFields
 	}
-	var sub struct {
-		ID string `json:"id"`
-	}
-	c.CallJSON("POST", "/v1/rooms/"+room+"/subscriptions", `{"type":"PULL","eventTypes":[{"eventType":"tick"}]`+subFields+`}`, http.StatusCreated, &sub)
-	return PullSub{Sub{C: c, Room: room, ID: sub.ID}}
+	r, err := c.API().CreateSubscriptionWithBodyWithResponse(c.T.Context(), room, "application/json",
+		strings.NewReader(`{"type":"PULL","eventTypes":[{"eventType":"tick"}]`+subFields+`}`))
+	sub := Must(c.T, r, err, r.JSON201)
+	return PullSub{Sub{C: c, Room: room, ID: sub.Id.String()}}
 }
 
 // Tick is the answer to a publish of PublishTick, with the payload sent.
@@ -64,8 +62,11 @@ type Tick struct {
 func (c Client) PublishTick(room string, n int) Tick {
 	c.T.Helper()
 	p := Tick{Payload: fmt.Sprintf(`{"n":%d}`, n)}
-	c.CallJSON("POST", "/v1/rooms/"+room+"/messages",
-		fmt.Sprintf(`{"eventType":"tick","payload":%s,"attributes":{"seq":"%d"}}`, p.Payload, n), http.StatusAccepted, &p.PublishResponse)
+	r, err := c.API().PublishMessageWithResponse(c.T.Context(), room, nil, client.MessageInput{
+		EventType: "tick", Payload: json.RawMessage(p.Payload), Attributes: &map[string]string{"seq": strconv.Itoa(n)},
+	})
+	Must(c.T, r, err, r.JSON202)
+	p.PublishResponse = Decode[publish.PublishResponse](c.T, Response{Body: r.Body})
 	return p
 }
 

@@ -1,6 +1,7 @@
 package apptest
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -13,8 +14,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oapi-codegen/nullable"
+
 	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/api/apitest"
+	"github.com/roomhub/messaging-api/client"
 	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/publish"
 	"github.com/roomhub/messaging-api/store/storetest"
@@ -132,10 +136,7 @@ type PushSub struct {
 // version, and a PUSH subscription to url.
 func (c Client) SetupPushRoom(room, fields, url string) PushSub {
 	c.T.Helper()
-	if fields != "" {
-		fields = "," + fields
-	}
-	c.Call("POST", "/v1/rooms", `{"identifier":"`+room+`","managerIdentifier":"m"`+fields+`}`, http.StatusCreated)
+	c.createRoom(room, fields)
 	return c.AddPushSub(room, "tick", url)
 }
 
@@ -143,25 +144,51 @@ func (c Client) SetupPushRoom(room, fields, url string) PushSub {
 // PUSH subscription to url for it.
 func (c Client) AddPushSub(room, eventType, url string) PushSub {
 	c.T.Helper()
-	c.Call("POST", "/v1/rooms/"+room+"/event-types", `{"identifier":"`+eventType+`"}`, http.StatusCreated)
-	c.Call("POST", "/v1/rooms/"+room+"/event-types/"+eventType+"/versions", `{"schema":true}`, http.StatusCreated)
+	c.createEventType(room, eventType)
 	return c.CreatePushSub(room, eventType, url)
+}
+
+// createRoom creates room (manager "m") with fields, JSON members such as
+// `"deliveryDelay":100`.
+func (c Client) createRoom(room, fields string) {
+	c.T.Helper()
+	if fields != "" {
+		fields = "," + fields
+	}
+	r, err := c.API().CreateRoomWithBodyWithResponse(c.T.Context(), "application/json",
+		strings.NewReader(`{"identifier":"`+room+`","managerIdentifier":"m"`+fields+`}`))
+	Must(c.T, r, err, r.JSON201)
+}
+
+// createEventType creates eventType in room with version 1, whose schema
+// takes any JSON.
+func (c Client) createEventType(room, eventType string) {
+	c.T.Helper()
+	api := c.API()
+	et, err := api.CreateEventTypeWithResponse(c.T.Context(), room, client.EventTypeCreate{Identifier: eventType})
+	Must(c.T, et, err, et.JSON201)
+	v, err := api.CreateVersionWithResponse(c.T.Context(), room, eventType, client.VersionCreate{Schema: json.RawMessage("true")})
+	Must(c.T, v, err, v.JSON201)
 }
 
 // CreatePushSub creates a PUSH subscription to url for eventType, which
 // room has, and checks it was given a Standard Webhooks secret.
 func (c Client) CreatePushSub(room, eventType, url string) PushSub {
 	c.T.Helper()
-	var sub struct {
-		ID            string `json:"id"`
-		SigningSecret string `json:"signingSecret"`
+	r, err := c.API().CreateSubscriptionWithResponse(c.T.Context(), room, client.SubscriptionCreate{
+		Type:       client.SubscriptionTypePUSH,
+		PushUrl:    nullable.NewNullableWithValue(url),
+		EventTypes: client.EventTypeFilters{{EventType: eventType}},
+	})
+	sub := Must(c.T, r, err, r.JSON201)
+	secret := ""
+	if sub.SigningSecret != nil {
+		secret = *sub.SigningSecret
 	}
-	c.CallJSON("POST", "/v1/rooms/"+room+"/subscriptions",
-		`{"type":"PUSH","pushUrl":"`+url+`","eventTypes":[{"eventType":"`+eventType+`"}]}`, http.StatusCreated, &sub)
-	if !strings.HasPrefix(sub.SigningSecret, "whsec_") {
-		c.T.Fatalf("signingSecret %q is not a Standard Webhooks secret", sub.SigningSecret)
+	if !strings.HasPrefix(secret, "whsec_") {
+		c.T.Fatalf("signingSecret %q is not a Standard Webhooks secret", secret)
 	}
-	return PushSub{Sub: Sub{C: c, Room: room, ID: sub.ID}, Secret: sub.SigningSecret}
+	return PushSub{Sub: Sub{C: c, Room: room, ID: sub.Id.String()}, Secret: secret}
 }
 
 // Publish publishes one message (body: the publish request) to room.

@@ -16,15 +16,80 @@ import (
 	"github.com/roomhub/messaging-api/rooms"
 )
 
+// apiKeyUsage is the usage of the apikey command.
+const apiKeyUsage = "usage: messaging-api apikey create -role ROLE -name NAME [-subject S] [-room ROOM[=TYPE,TYPE]]... [-expires DURATION]\n" +
+	"       messaging-api apikey list\n" +
+	"       messaging-api apikey revoke ID\n"
+
+// createFlags are the flags of apikey create.
+type createFlags struct {
+	fs                  *flag.FlagSet
+	role, name, subject *string
+	expires             *time.Duration
+	grants              []auth.GrantSpec
+}
+
+func newCreateFlags(stderr io.Writer) *createFlags {
+	f := &createFlags{fs: flag.NewFlagSet("apikey create", flag.ContinueOnError)}
+	f.fs.SetOutput(stderr)
+	f.fs.Usage = func() {
+		fmt.Fprint(stderr, apiKeyUsage+"\nflags of create:\n")
+		f.fs.PrintDefaults()
+	}
+	f.role = f.fs.String("role", "", "admin, manager, publisher or subscriber")
+	f.name = f.fs.String("name", "", "what the key is for")
+	f.subject = f.fs.String("subject", "", "managers: the managerIdentifier of their rooms; subscribers: the owner of their subscriptions")
+	f.expires = f.fs.Duration("expires", 0, "lifetime, e.g. 720h (0: never expires)")
+	f.fs.Func("room", "a `ROOM` granted to a publisher or subscriber (its id or identifier), optionally followed by =TYPE,TYPE limiting a publisher's event types; repeat for more", func(v string) error {
+		ref, types, _ := strings.Cut(v, "=")
+		g := auth.GrantSpec{Room: ref}
+		if types != "" {
+			g.EventTypes = strings.Split(types, ",")
+		}
+		f.grants = append(f.grants, g)
+		return nil
+	})
+	return f
+}
+
+// apiKeyHelp writes the help of the apikey command.
+func apiKeyHelp(w io.Writer) {
+	fmt.Fprint(w, "create makes a key and prints it on stdout, once; list shows the keys (by prefix, never\n"+
+		"whole); revoke ends one at once. The database is DATABASE_URL from the environment.\n\n")
+	newCreateFlags(w).fs.Usage()
+}
+
 // runAPIKey is the apikey subcommand: create, list and revoke keys straight
 // in the database (the way to make the first admin key).
 func runAPIKey(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	usage := "usage: messaging-api apikey create -role ROLE -name NAME [-subject S] [-room ROOM[=TYPE,TYPE]]... [-expires DURATION]\n" +
-		"       messaging-api apikey list\n" +
-		"       messaging-api apikey revoke ID\n" +
-		"(the database is DATABASE_URL from the environment)"
 	if len(args) == 0 {
-		return errors.New(usage)
+		return usagef("apikey needs a subcommand: create, list or revoke")
+	}
+	switch args[0] {
+	case "create", "list", "revoke":
+	case "-h", "-help", "--help", "help":
+		apiKeyHelp(stdout)
+		return nil
+	default:
+		return usagef("apikey has no subcommand %q (create, list or revoke)", args[0])
+	}
+	var create *createFlags
+	switch {
+	case args[0] == "create":
+		create = newCreateFlags(stderr)
+		if err := create.fs.Parse(args[1:]); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return err
+			}
+			return fmt.Errorf("%w: %w", app.ErrUsage, err)
+		}
+		if create.fs.NArg() > 0 {
+			return usagef("apikey create takes no argument %q", create.fs.Arg(0))
+		}
+	case args[0] == "list" && len(args) != 1:
+		return usagef("apikey list takes no arguments")
+	case args[0] == "revoke" && len(args) != 2:
+		return usagef("apikey revoke takes one key id")
 	}
 	_, db, err := app.OpenMigrated(ctx, nil, getenv, stderr)
 	if err != nil {
@@ -35,28 +100,9 @@ func runAPIKey(ctx context.Context, args []string, getenv func(string) string, s
 
 	switch args[0] {
 	case "create":
-		fs := flag.NewFlagSet("apikey create", flag.ContinueOnError)
-		fs.SetOutput(stderr)
-		role := fs.String("role", "", "admin, manager, publisher or subscriber")
-		name := fs.String("name", "", "what the key is for")
-		subject := fs.String("subject", "", "managers: the managerIdentifier of their rooms; subscribers: the owner of their subscriptions")
-		expires := fs.Duration("expires", 0, "lifetime, e.g. 720h (0: never expires)")
-		var grants []auth.GrantSpec
-		fs.Func("room", "a room granted to a publisher or subscriber (id or identifier), optionally =TYPE,TYPE limiting a publisher's event types; repeat for more", func(v string) error {
-			ref, types, _ := strings.Cut(v, "=")
-			g := auth.GrantSpec{Room: ref}
-			if types != "" {
-				g.EventTypes = strings.Split(types, ",")
-			}
-			grants = append(grants, g)
-			return nil
-		})
-		if err := fs.Parse(args[1:]); err != nil {
-			return err
-		}
-		spec := auth.Spec{Name: *name, Role: *role, Subject: *subject, Rooms: grants}
-		if *expires > 0 {
-			t := app.Clock().Add(*expires)
+		spec := auth.Spec{Name: *create.name, Role: *create.role, Subject: *create.subject, Rooms: create.grants}
+		if *create.expires > 0 {
+			t := app.Clock().Add(*create.expires)
 			spec.ExpiresAt = &t
 		}
 		k, token, err := keys.Create(ctx, spec)
@@ -92,10 +138,7 @@ func runAPIKey(ctx context.Context, args []string, getenv func(string) string, s
 			fmt.Fprintf(w, "%s\t%s…\t%s\t%s\t%s\t%s\n", k.ID, k.Prefix, k.Role, k.Subject, k.Name, state)
 		}
 		return w.Flush()
-	case "revoke":
-		if len(args) != 2 {
-			return errors.New(usage)
-		}
+	default: // revoke
 		k, err := keys.Revoke(ctx, args[1])
 		if err != nil {
 			return err
@@ -103,5 +146,4 @@ func runAPIKey(ctx context.Context, args []string, getenv func(string) string, s
 		fmt.Fprintf(stderr, "revoked %s key %s (%q)\n", k.Role, k.ID, k.Name)
 		return nil
 	}
-	return errors.New(usage)
 }

@@ -65,8 +65,8 @@ func TestStartWithoutKeys(t *testing.T) {
 	t.Parallel()
 	db := storetest.PostgresSchemaURL(t)
 	// The push target rule of startService below: the first process stores it.
-	env := map[string]string{"DATABASE_URL": db, "BROKER_URL": "embedded", "HTTP_ADDR": "127.0.0.1:0", "LOG_LEVEL": "error", "PUSH_ALLOWED_CIDRS": apptest.LoopbackCIDRs}
-	err := run(context.Background(), []string{"api"}, func(k string) string { return env[k] }, io.Discard)
+	settings := map[string]string{"DATABASE_URL": db, "BROKER_URL": "embedded", "HTTP_ADDR": "127.0.0.1:0", "LOG_LEVEL": "error", "PUSH_ALLOWED_CIDRS": apptest.LoopbackCIDRs}
+	err := run(context.Background(), []string{"api"}, env{getenv: func(k string) string { return settings[k] }, stdout: io.Discard, stderr: io.Discard})
 	if err == nil || !strings.Contains(err.Error(), "apikey create") {
 		t.Fatalf("started without any API key: %v", err)
 	}

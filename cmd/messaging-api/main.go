@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -25,43 +24,191 @@ import (
 	"github.com/roomhub/messaging-api/rooms"
 )
 
+// Exit codes.
+const (
+	exitFailed = 1 // the command failed
+	exitUsage  = 2 // the command line is wrong: unknown command or flag, missing argument
+)
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	app.TuneGC(os.LookupEnv, app.CgroupMemoryLimit)
-	var err error
-	if len(os.Args) > 1 && os.Args[1] == "apikey" {
-		err = runAPIKey(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
-	} else if len(os.Args) > 1 && os.Args[1] == "push-rule" {
-		err = runPushRule(ctx, os.Args[2:], os.Getenv, os.Stdout, os.Stderr)
-	} else {
-		err = run(ctx, os.Args[1:], os.Getenv, os.Stderr)
-	}
-	if err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "messaging-api:", err)
+	code := cli(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// env is where a command reads its environment and writes.
+type env struct {
+	getenv         func(string) string
+	stdout, stderr io.Writer
+}
+
+// command is one subcommand.
+type command struct {
+	name, args, summary string
+	// settings: the command takes the service's settings as flags.
+	settings bool
+	run      func(ctx context.Context, args []string, e env) error
+	// help writes what follows the command's usage line; nil: its summary
+	// and, with settings, the flags.
+	help func(w io.Writer)
+}
+
+func commands() []command {
+	process := func(name string) func(context.Context, []string, env) error {
+		return func(ctx context.Context, args []string, e env) error {
+			return app.Main(ctx, name, args, e.getenv, e.stderr)
 		}
-		os.Exit(1)
+	}
+	return []command{
+		{name: "serve", summary: "run the HTTP API and the push dispatcher (the default command)", settings: true, run: process("serve")},
+		{name: "api", summary: "run only the HTTP API (with the outbox relay and purge)", settings: true, run: process("api")},
+		{name: "dispatcher", summary: "run only the push dispatcher (with the outbox relay, /healthz and /readyz)", settings: true, run: process("dispatcher")},
+		{name: "migrate", summary: "apply the database migrations to DATABASE_URL and exit", settings: true, run: process("migrate")},
+		{name: "check-broker", summary: "check that BROKER_URL's broker suits the service (creating the push queue, as a start would), print what it finds and exit", settings: true,
+			run: func(ctx context.Context, args []string, e env) error {
+				cfg, err := app.LoadConfig(args, e.getenv, e.stderr)
+				if err != nil {
+					return err
+				}
+				return checkBroker(ctx, cfg, app.NewLogger(cfg, e.stderr), e.stdout)
+			}},
+		{name: "push-rule", summary: "store the push target rule of these settings (PUSH_ALLOWED_CIDRS, PUSH_HTTPS_ONLY) as the one every process sharing DATABASE_URL must start with", settings: true,
+			run: func(ctx context.Context, args []string, e env) error {
+				return runPushRule(ctx, args, e.getenv, e.stdout, e.stderr)
+			}},
+		{name: "apikey", summary: "create, list and revoke API keys, straight in DATABASE_URL (the way to make the first admin key)",
+			run: func(ctx context.Context, args []string, e env) error {
+				return runAPIKey(ctx, args, e.getenv, e.stdout, e.stderr)
+			},
+			help: apiKeyHelp},
+		{name: "help", args: "[COMMAND]", summary: "show the commands and flags, or one command's"},
 	}
 }
 
-// run parses the command line and runs one subcommand until ctx is done.
-func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) error {
-	cmd := "serve"
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		if !slices.Contains(app.Commands, args[0]) && args[0] != "check-broker" {
-			return fmt.Errorf("unknown command %q (want serve, api, dispatcher, migrate, check-broker, apikey or push-rule)", args[0])
+// cli runs the command line args and returns the exit code.
+func cli(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	err := run(ctx, args, env{getenv: getenv, stdout: stdout, stderr: stderr})
+	var usage *usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, &usage):
+		fmt.Fprintf(stderr, "messaging-api: %v\n(messaging-api help lists the commands and every flag)\n", err)
+		return exitUsage
+	case errors.Is(err, app.ErrUsage):
+		return exitUsage // LoadConfig said what was wrong
+	default:
+		fmt.Fprintln(stderr, "messaging-api:", err)
+		return exitFailed
+	}
+}
+
+// usageError is a command line cli refuses: it prints it with a pointer to
+// the help and exits with exitUsage.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, a ...any) error { return &usageError{fmt.Sprintf(format, a...)} }
+
+// run runs one command of args until ctx is done; serve when args start
+// with a flag or are empty.
+func run(ctx context.Context, args []string, e env) error {
+	name, named := "serve", len(args) > 0 && !strings.HasPrefix(args[0], "-")
+	if named {
+		name, args = args[0], args[1:]
+	}
+	cmds := commands()
+	if name == "help" {
+		switch {
+		case len(args) == 0:
+			writeHelp(e.stdout, cmds)
+			return nil
+		case len(args) == 1:
+			c, ok := find(cmds, args[0])
+			if !ok {
+				return usagef("no command %q", args[0])
+			}
+			writeCommandHelp(e.stdout, c)
+			return nil
 		}
-		cmd, args = args[0], args[1:]
+		return usagef("help takes one command, not %q", strings.Join(args, " "))
 	}
-	if cmd != "check-broker" {
-		return app.Main(ctx, cmd, args, getenv, stderr)
+	c, ok := find(cmds, name)
+	if !ok {
+		return usagef("unknown command %q", name)
 	}
-	cfg, err := app.LoadConfig(args, getenv, stderr)
-	if err != nil {
-		return err
+	if c.settings && asksHelp(args) {
+		if !named { // messaging-api -h
+			writeHelp(e.stdout, cmds)
+		} else {
+			writeCommandHelp(e.stdout, c)
+		}
+		return nil
 	}
-	return checkBroker(ctx, cfg, app.NewLogger(cfg, stderr), stderr)
+	return c.run(ctx, args, e)
+}
+
+func find(cmds []command, name string) (command, bool) {
+	for _, c := range cmds {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+// asksHelp reports whether args ask for help among the flags: -h, -help or
+// --help before any "--".
+func asksHelp(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "-h", "-help", "--help", "--h":
+			return true
+		}
+	}
+	return false
+}
+
+// writeHelp writes the whole help: the commands, then the flags.
+func writeHelp(w io.Writer, cmds []command) {
+	fmt.Fprint(w, "messaging-api runs the room/subscription messaging service, and its operator's tasks.\n\n"+
+		"usage: messaging-api [COMMAND] [flags]\n\ncommands:\n")
+	for _, c := range cmds {
+		fmt.Fprintf(w, "  %-13s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, "\nmessaging-api help COMMAND shows one command's usage.\n\n")
+	writeSettingsHelp(w)
+}
+
+// writeSettingsHelp introduces and writes the settings' flags.
+func writeSettingsHelp(w io.Writer) {
+	fmt.Fprint(w, "flags (serve, api, dispatcher, migrate, check-broker and push-rule): each setting is read\n"+
+		"from its environment variable, and its flag (-name value, -name=value) wins over it; an\n"+
+		"empty value counts as unset. A bool flag alone means true. Durations are Go's: 250ms, 15s, 1h30m.\n\n")
+	app.WriteSettings(w)
+}
+
+// writeCommandHelp writes one command's usage.
+func writeCommandHelp(w io.Writer, c command) {
+	if c.help != nil {
+		fmt.Fprintf(w, "messaging-api %s: %s.\n\n", c.name, c.summary)
+		c.help(w)
+		return
+	}
+	args := c.args
+	if c.settings {
+		args = "[flags]"
+	}
+	fmt.Fprintf(w, "usage: messaging-api %s %s\n\n%s.\n", c.name, args, c.summary)
+	if c.settings {
+		fmt.Fprintln(w)
+		writeSettingsHelp(w)
+	}
 }
 
 // checkBroker reports the state of each host of the broker URL, then runs

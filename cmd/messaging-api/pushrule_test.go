@@ -32,12 +32,12 @@ func TestOnePushRule(t *testing.T) {
 	apptest.StartService(t, map[string]string{"DATABASE_URL": db}) // loopback allowed
 
 	strict := map[string]string{"DATABASE_URL": db, "AUTH_DISABLED": "true", "PUSH_ALLOWED_CIDRS": ""}
-	getenv := func(env map[string]string) func(string) string { return func(k string) string { return env[k] } }
+	getenv := func(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
 	// Should a process start after all, it stops at this deadline.
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	var logs bytes.Buffer
-	err := run(ctx, []string{"dispatcher"}, getenv(mergeEnv(strict, "HTTP_ADDR", "127.0.0.1:0")), &logs)
+	err := run(ctx, []string{"dispatcher"}, env{getenv: getenv(mergeEnv(strict, "HTTP_ADDR", "127.0.0.1:0")), stdout: &logs, stderr: &logs})
 	if err == nil || !strings.Contains(err.Error(), "allow=none https-only=false") ||
 		!strings.Contains(err.Error(), "allow=127.0.0.0/8,::1/128 https-only=false") {
 		t.Fatalf("a dispatcher with another rule: %v, want a refusal naming both rules", err)
@@ -52,7 +52,7 @@ func TestOnePushRule(t *testing.T) {
 	}
 	apptest.StartService(t, strict)
 	old := map[string]string{"DATABASE_URL": db, "AUTH_DISABLED": "true", "PUSH_ALLOWED_CIDRS": apptest.LoopbackCIDRs, "HTTP_ADDR": "127.0.0.1:0"}
-	if err := run(ctx, []string{"api"}, getenv(old), &logs); err == nil || !strings.Contains(err.Error(), "differs") {
+	if err := run(ctx, []string{"api"}, env{getenv: getenv(old), stdout: &logs, stderr: &logs}); err == nil || !strings.Contains(err.Error(), "differs") {
 		t.Fatalf("a process with the replaced rule: %v, want a refusal", err)
 	}
 }

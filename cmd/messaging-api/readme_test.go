@@ -117,6 +117,25 @@ func TestReadmeQuickstart(t *testing.T) {
 		}
 	}
 
+	// The command-line client's examples, on what the block above made.
+	roomctl := filepath.Join(t.TempDir(), "roomctl")
+	if out, err := exec.Command("go", "build", "-o", roomctl, "../roomctl").CombinedOutput(); err != nil {
+		t.Fatalf("build roomctl: %v\n%s", err, out)
+	}
+	block = strings.ReplaceAll(readmeBlock(t, "TestReadmeQuickstart runs the block below"), "localhost:8080", strings.TrimPrefix(base, "http://"))
+	cmd = exec.Command("bash", "-c", "set -euo pipefail\n"+block)
+	cmd.Env = append(os.Environ(), "API_KEY="+apiKey, "PATH="+filepath.Dir(roomctl)+":"+os.Getenv("PATH"))
+	out.Reset()
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("README roomctl commands failed: %v\n%s", err, out.String())
+	}
+	for _, wantText := range []string{"PUSH  ACTIVE  order.created:1", "CORRELATION ID  checkout-43", "event ", "correlation checkout-43", "PUSH subscription "} {
+		if !strings.Contains(regexp.MustCompile(` {2,}`).ReplaceAllString(out.String(), "  "), wantText) {
+			t.Errorf("roomctl's output lacks %q:\n%s", wantText, out.String())
+		}
+	}
+
 	// The API guide's example of a bad request gives the problem it shows.
 	req, _ := http.NewRequest(http.MethodPost, base+"/v1/rooms", strings.NewReader(`{"identifier": "bad id", "deliveryDelay": 0}`))
 	req.Header.Set("Authorization", "Bearer "+apiKey)

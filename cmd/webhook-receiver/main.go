@@ -8,9 +8,6 @@ package main
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
@@ -18,10 +15,11 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/roomhub/messaging-api/push"
 )
 
 func main() {
@@ -52,9 +50,10 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		}
 		sig := "not checked (no -secret)"
 		if *secret != "" {
-			sig = "INVALID"
-			if verify(*secret, r.Header, body) {
-				sig = "valid"
+			sig = "valid"
+			if _, err := push.Verify([]string{*secret}, r.Header.Get("Webhook-Id"), r.Header.Get("Webhook-Timestamp"), body,
+				r.Header.Get("Webhook-Signature"), time.Now(), 5*time.Minute); err != nil {
+				sig = "INVALID (" + err.Error() + ")"
 			}
 		}
 		fmt.Fprintf(out, "%s request %d: attempt %s, event %s, type %s v%s, correlation %s, signature %s -> %d\n  %s\n",
@@ -74,25 +73,4 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		defer cancel()
 		return srv.Shutdown(shutdown)
 	}
-}
-
-// verify checks the Standard Webhooks signature: any "v1,<base64>" entry of
-// webhook-signature equal to HMAC-SHA256(key, id.timestamp.body).
-func verify(secret string, h http.Header, body []byte) bool {
-	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
-	if err != nil {
-		return false
-	}
-	mac := hmac.New(sha256.New, key)
-	fmt.Fprintf(mac, "%s.%s.", h.Get("Webhook-Id"), h.Get("Webhook-Timestamp"))
-	mac.Write(body)
-	want := mac.Sum(nil)
-	for _, s := range strings.Fields(h.Get("Webhook-Signature")) {
-		if b64, ok := strings.CutPrefix(s, "v1,"); ok {
-			if got, err := base64.StdEncoding.DecodeString(b64); err == nil && hmac.Equal(got, want) {
-				return true
-			}
-		}
-	}
-	return false
 }
