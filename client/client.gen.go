@@ -1101,11 +1101,13 @@ type DeliveryAttempt struct {
 	// ScheduledDelay How long after it was sent the broker was asked to hold it, in ms (the retry backoff).
 	ScheduledDelay int64 `json:"scheduledDelay"`
 
-	// SentAt When the broker confirmed the copy (it then held it `scheduledDelay`); `null`
-	// while pending. The times come in this order: `createdAt` (the copy was
-	// stored), `sentAt` (the broker confirmed it; for a retry this is before its
-	// `scheduledDelay` runs), `requestStartedAt` (the push request began, once the
-	// delay ran), `completedAt` (the attempt reached its final status).
+	// SentAt When the copy was sent to the broker (it then held it `scheduledDelay`), set
+	// once the broker confirmed it; `null` until then. The times come in this
+	// order: `createdAt` (the copy was stored), `sentAt` (sent to the broker; for a
+	// retry this is before its `scheduledDelay` runs), `requestStartedAt` (the push
+	// request began, once the delay ran), `completedAt` (the attempt reached its
+	// final status). A broker may deliver a copy before its confirmation is
+	// recorded, so a copy can be delivered while `sentAt` is still `null`.
 	SentAt nullable.Nullable[time.Time] `json:"sentAt"`
 
 	// Status The status of one copy (attempt) of an event sent to one subscription.
@@ -2569,11 +2571,13 @@ type SubscriptionDelivery struct {
 	// ScheduledDelay How long this copy was to wait before delivery, in ms (the retry backoff, or a deferral), counted from its `createdAt`; the broker holds it, except a slow subscription's deferred copy (its first three deferrals in a row, up to 4 s each, early in a hang), which the outbox holds until then or until the endpoint answers quickly again (the copy is then sent at once, and this becomes how long it waited).
 	ScheduledDelay int64 `json:"scheduledDelay"`
 
-	// SentAt When the broker confirmed the copy (it then held it `scheduledDelay`); `null`
-	// while pending. The times come in this order: `createdAt` (the copy was
-	// stored), `sentAt` (the broker confirmed it; for a retry this is before its
-	// `scheduledDelay` runs), `requestStartedAt` (the push request began, once the
-	// delay ran), `completedAt` (the attempt reached its final status).
+	// SentAt When the copy was sent to the broker (it then held it `scheduledDelay`), set
+	// once the broker confirmed it; `null` until then. The times come in this
+	// order: `createdAt` (the copy was stored), `sentAt` (sent to the broker; for a
+	// retry this is before its `scheduledDelay` runs), `requestStartedAt` (the push
+	// request began, once the delay ran), `completedAt` (the attempt reached its
+	// final status). A broker may deliver a copy before its confirmation is
+	// recorded, so a copy can be delivered while `sentAt` is still `null`.
 	SentAt nullable.Nullable[time.Time] `json:"sentAt"`
 
 	// Status The status of one copy (attempt) of an event sent to one subscription.

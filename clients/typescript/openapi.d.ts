@@ -2983,11 +2983,13 @@ export interface components {
             createdAt: string;
             /**
              * Format: date-time
-             * @description When the broker confirmed the copy (it then held it `scheduledDelay`); `null`
-             *     while pending. The times come in this order: `createdAt` (the copy was
-             *     stored), `sentAt` (the broker confirmed it; for a retry this is before its
-             *     `scheduledDelay` runs), `requestStartedAt` (the push request began, once the
-             *     delay ran), `completedAt` (the attempt reached its final status).
+             * @description When the copy was sent to the broker (it then held it `scheduledDelay`), set
+             *     once the broker confirmed it; `null` until then. The times come in this
+             *     order: `createdAt` (the copy was stored), `sentAt` (sent to the broker; for a
+             *     retry this is before its `scheduledDelay` runs), `requestStartedAt` (the push
+             *     request began, once the delay ran), `completedAt` (the attempt reached its
+             *     final status). A broker may deliver a copy before its confirmation is
+             *     recorded, so a copy can be delivered while `sentAt` is still `null`.
              */
             sentAt: string | null;
             status: components["schemas"]["SendStatus"];
@@ -3201,11 +3203,13 @@ export interface components {
             createdAt: string;
             /**
              * Format: date-time
-             * @description When the broker confirmed the copy (it then held it `scheduledDelay`); `null`
-             *     while pending. The times come in this order: `createdAt` (the copy was
-             *     stored), `sentAt` (the broker confirmed it; for a retry this is before its
-             *     `scheduledDelay` runs), `requestStartedAt` (the push request began, once the
-             *     delay ran), `completedAt` (the attempt reached its final status).
+             * @description When the copy was sent to the broker (it then held it `scheduledDelay`), set
+             *     once the broker confirmed it; `null` until then. The times come in this
+             *     order: `createdAt` (the copy was stored), `sentAt` (sent to the broker; for a
+             *     retry this is before its `scheduledDelay` runs), `requestStartedAt` (the push
+             *     request began, once the delay ran), `completedAt` (the attempt reached its
+             *     final status). A broker may deliver a copy before its confirmation is
+             *     recorded, so a copy can be delivered while `sentAt` is still `null`.
              */
             sentAt: string | null;
             status: components["schemas"]["SendStatus"];
