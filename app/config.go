@@ -159,7 +159,7 @@ var settings = []setting{
 		c.DatabaseURL = v
 		return nil
 	}},
-	{"BROKER_URL", "broker-url", kindURL, "embedded", "stomp://user:pass@host:61613?dialect=artemis|activemq, stomp+ssl://…, or embedded (in-process, not durable)", func(c *Config, v string) error {
+	{"BROKER_URL", "broker-url", kindURL, "embedded", "stomp://user:pass@host:61613?dialect=artemis|activemq (several hosts, h1:61613,h2:61613, fail over to the live one), stomp+ssl://…, or embedded (in-process, not durable)", func(c *Config, v string) error {
 		c.BrokerURL = v
 		return nil
 	}},
