@@ -21,7 +21,7 @@ func TestScaleSmoke(t *testing.T) {
 	}
 	jsonPath := filepath.Join(t.TempDir(), "bench.json")
 	args := []string{
-		"-phases", "scale", "-json", jsonPath, "-duration", "1s", "-warmup", "2s", "-messages", "200", "-concurrency", "4",
+		"-phases", "scale", "-json", jsonPath, "-duration", "1s", "-warmup", "0", "-messages", "200", "-concurrency", "4",
 		"-retries", "2", "-retry-delays", "1s", "-timeout", "6m",
 		"-scale-rounds", "1", "-scale-dispatchers", "1,2", "-scale-apis", "1,2", "-scale-messages", "2000",
 		"-scale-rate", "100", "-scale-duration", "1s",
@@ -62,8 +62,8 @@ func TestScaleSmoke(t *testing.T) {
 		}
 	}
 	for _, p := range rep.Scale.Push {
-		if p.Head+p.Window != p.Preloaded || len(p.Shares) != p.Processes {
-			t.Errorf("push run %+v: head and window do not add up to the preload, or a share is missing", p)
+		if p.Head+p.Window != p.Preloaded || len(p.Shares) != p.Processes || len(p.Finished) != p.Processes {
+			t.Errorf("push run %+v: head and window do not add up to the preload, or a process's share or finish is missing", p)
 		}
 		// Each process takes a part once the window is long enough to show
 		// one: more than the prefetch windows of both.
