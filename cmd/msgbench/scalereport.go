@@ -349,7 +349,8 @@ func (r *Report) addScaleFigures(res *ScaleResult, cfg scaleConfig, clients int)
 			}
 		}
 		r.add(rate[n].figure(key, "push drain, "+processes(n, "dispatcher"), "deliveries/s", "scale.push_d1",
-			fmt.Sprintf("%s; counted after every process was ready: %s of %d preloaded", rate[n].rounds("%.0f"), strings.Join(windows, ", "), runs[0].Preloaded)))
+			fmt.Sprintf("%s; ratio: the median of each round's to 1 process; counted after every process was ready: %s of %d preloaded",
+				rate[n].rounds("%.0f"), strings.Join(windows, ", "), runs[0].Preloaded)))
 		r.add(Figure{Key: key + ".share", Group: scaleGroup, Name: "  each process's share of those deliveries", Value: even, Unit: "× even",
 			Note: fmt.Sprintf("smallest share × processes (1: even, 0: one starved); by round %s (their /metrics); each last seen delivering at %s; deliveries before all were ready: %s",
 				strings.Join(shareText, ", "), strings.Join(finishText, ", "), strings.Join(headText, ", "))})
@@ -393,7 +394,8 @@ func (r *Report) addScaleFigures(res *ScaleResult, cfg scaleConfig, clients int)
 		}
 		what := processes(m, "API")
 		r.add(acc[m].figure(key, "publish through "+what+", single POSTs: accepted", "events/s", "scale.publish_a1",
-			fmt.Sprintf("%s; %d clients, round robin over the processes; %d failed requests", acc[m].rounds("%.0f"), clients, failed)))
+			fmt.Sprintf("%s; ratio: the median of each round's to 1 process; %d clients, round robin over the processes; %d failed requests",
+				acc[m].rounds("%.0f"), clients, failed)))
 		r.add(rel[m].figure(key+"_relayed", "  relayed to the broker", "events/s", "scale.publish_a1_relayed", rel[m].rounds("%.0f")))
 		r.add(Figure{Key: key + ".relay_share", Group: scaleGroup, Name: "  each relay's share of those sends", Value: relayEven, Unit: "× even",
 			Note: fmt.Sprintf("by round %s (outbox_relayed_total); API CPU per 1000 events, summed: %.3f CPU s (×%.2f)", strings.Join(relayText, ", "), acpu[m].median, acpu[m].ratio)})
