@@ -40,6 +40,9 @@ type bench struct {
 	mu       sync.Mutex
 	services []*service
 	queues   []broker.Destination // drained at the end (real broker only)
+	extraDBs []*benchDB           // closed after the services stop
+
+	logMu sync.Mutex // processes start in parallel, and each start is logged
 }
 
 func newBench(cfg config, out io.Writer) *bench {
@@ -49,6 +52,8 @@ func newBench(cfg config, out io.Writer) *bench {
 }
 
 func (b *bench) logf(format string, args ...any) {
+	b.logMu.Lock()
+	defer b.logMu.Unlock()
 	fmt.Fprintf(b.out, "msgbench [%6.1fs] %s\n", time.Since(b.started).Seconds(), fmt.Sprintf(format, args...))
 }
 
@@ -115,9 +120,10 @@ func (b *bench) run(ctx context.Context) (*Report, error) {
 		{"latency", b.latencyPhase},
 		{"retry", b.retryPhase},
 		{"isolation", b.isolationPhase},
+		{"scale", b.scalePhase},
 	}
 	for _, p := range phases {
-		if len(b.cfg.phases) > 0 && !b.cfg.phases[p.name] {
+		if !b.cfg.runs(p.name) {
 			continue
 		}
 		if err := p.f(ctx, base); err != nil {
@@ -141,11 +147,18 @@ func pidText(pid int) string {
 	return strconv.Itoa(pid)
 }
 
-// logTails prints the end of every service's log, to explain a failure.
+// logTails prints the end of the last few services' logs, to explain a
+// failure (the scale phase starts dozens; -keep keeps every log).
 func (b *bench) logTails(lines int) {
+	const most = 8
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, s := range b.services {
+	services := b.services
+	if len(services) > most {
+		fmt.Fprintf(b.out, "(the logs of %d earlier service processes are left out)\n", len(services)-most)
+		services = services[len(services)-most:]
+	}
+	for _, s := range services {
 		fmt.Fprintln(b.out, s.logTail(lines))
 	}
 }
@@ -185,6 +198,11 @@ func (b *bench) cleanup() error {
 	}
 	if b.sink != nil {
 		b.sink.close()
+	}
+	for _, db := range b.extraDBs {
+		if err := db.close(b.cfg.keep); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	if b.db != nil {
 		if err := b.db.close(b.cfg.keep); err != nil {

@@ -114,6 +114,14 @@ func (d *benchDB) waitRelayed(ctx context.Context, roomID string, within time.Du
 	}
 }
 
+// claimable counts the outbox rows no relay holds now: those waiting for a
+// claim (PostgreSQL).
+func (d *benchDB) claimable(ctx context.Context) (int, error) {
+	var n int
+	err := d.conn.QueryRowContext(ctx, "SELECT count(*) FROM outbox WHERE claimed_until IS NULL OR claimed_until < now()").Scan(&n)
+	return n, err
+}
+
 func (d *benchDB) close(keep bool) error {
 	var err error
 	if d.conn != nil {

@@ -110,11 +110,25 @@ type config struct {
 	verbose     bool
 	timeout     time.Duration
 	phases      map[string]bool // empty: all
+	scale       scaleConfig
 	args        []string
 }
 
 // phaseNames are the phases after the baseline, in the order they run.
-var phaseNames = []string{"publish", "pull", "flow", "push", "latency", "retry", "isolation"}
+var phaseNames = []string{"publish", "pull", "flow", "push", "latency", "retry", "isolation", "scale"}
+
+// namedOnly are the phases that run only when -phases names them: scale
+// starts a dozen service processes and takes minutes of its own.
+var namedOnly = map[string]bool{"scale": true}
+
+// runs says whether the phase runs: every phase but the namedOnly ones by
+// default, else those -phases names.
+func (cfg config) runs(phase string) bool {
+	if len(cfg.phases) == 0 {
+		return !namedOnly[phase]
+	}
+	return cfg.phases[phase]
+}
 
 func parseFlags(args []string, stderr io.Writer) (config, error) {
 	cfg := config{args: args}
@@ -141,7 +155,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the schema (or SQLite file), service logs and temp dir")
 	fs.BoolVar(&cfg.verbose, "v", false, "print the service's logs when it stops")
 	fs.DurationVar(&cfg.timeout, "timeout", 15*time.Minute, "stop the whole run after this long")
-	only := fs.String("phases", "", "run only these phases after the baseline, e.g. flow,push (for profiling; "+strings.Join(phaseNames, ",")+")")
+	only := fs.String("phases", "", "run only these phases after the baseline, e.g. flow,push (for profiling; "+strings.Join(phaseNames, ",")+"; default: all but scale, which runs only when named)")
+	dispatchers := fs.String("scale-dispatchers", "1,2,4", "scale: the dispatcher process counts compared (must include 1)")
+	apis := fs.String("scale-apis", "1,2", "scale: the API process counts compared (must include 1)")
+	fs.IntVar(&cfg.scale.rounds, "scale-rounds", 2, "scale: rounds, each running every process count once (in the reverse order every other round)")
+	fs.IntVar(&cfg.scale.messages, "scale-messages", 10000, "scale: events preloaded for each push drain, and published in batches through one API process for each outbox backlog")
+	fs.Float64Var(&cfg.scale.rate, "scale-rate", 300, "scale: the fixed offered rate of the latency runs, events/s (below what one API process sustains)")
+	fs.DurationVar(&cfg.scale.duration, "scale-duration", 5*time.Second, "scale: length of each latency run and of each closed-loop publish run")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: msgbench [flags]\n\nBenchmarks the messaging service against the raw broker; see `go doc ./cmd/msgbench`.\n\nflags:\n")
 		fs.PrintDefaults()
@@ -169,6 +189,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		}
 		cfg.fixedRates = append(cfg.fixedRates, r)
 	}
+	var err error
+	if cfg.scale.dispatchers, err = parseCounts(*dispatchers); err != nil {
+		return cfg, fmt.Errorf("-scale-dispatchers: %w", err)
+	}
+	if cfg.scale.apis, err = parseCounts(*apis); err != nil {
+		return cfg, fmt.Errorf("-scale-apis: %w", err)
+	}
 	if *only != "" {
 		cfg.phases = map[string]bool{}
 		for _, p := range strings.Split(*only, ",") {
@@ -195,6 +222,14 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 		return cfg, errors.New("-push-timeout must be at least 100ms")
 	case cfg.hangShare <= 0 || cfg.hangShare > 1:
 		return cfg, errors.New("-hang-share must be in (0, 1]")
+	case cfg.scale.rounds < 1 || cfg.scale.rounds > 10:
+		return cfg, errors.New("-scale-rounds must be from 1 to 10")
+	case cfg.scale.messages < 100 || cfg.scale.messages > 1_000_000:
+		return cfg, errors.New("-scale-messages must be from 100 to 1000000")
+	case cfg.scale.rate < 1 || cfg.scale.rate > 100_000:
+		return cfg, errors.New("-scale-rate must be from 1 to 100000 events/s")
+	case cfg.scale.duration < 100*time.Millisecond:
+		return cfg, errors.New("-scale-duration must be at least 100ms")
 	}
 	if err := cfg.chooseBroker(); err != nil {
 		return cfg, err

@@ -30,42 +30,17 @@ func TestSmoke(t *testing.T) {
 		"-retries", "2", "-retry-delays", "1s,2s", "-push-timeout", "1s", "-hang-share", "0.1", "-timeout", "8m",
 		"-latency-rates", "50", "-publish-sends", "2000",
 	}
-	if u := os.Getenv("BROKER_TEST_URL"); u != "" {
-		db := os.Getenv("TEST_DATABASE_URL")
-		if db == "" {
-			db = storetest.DefaultPostgresURL
-		}
-		args = append(args, "-broker", u, "-db", db)
-		t.Logf("real broker %s and PostgreSQL", u)
-	} else {
-		args = append(args, "-embedded")
-		t.Log("BROKER_TEST_URL not set: embedded broker and SQLite")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
-	defer cancel()
-	var stdout, stderr bytes.Buffer
-	if err := run(ctx, args, &stdout, &stderr); err != nil {
-		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
-	}
-	t.Logf("table:\n%s", stdout.String())
-
-	raw, err := os.ReadFile(jsonPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var rep Report
-	if err := json.Unmarshal(raw, &rep); err != nil {
-		t.Fatalf("bench.json: %v", err)
-	}
+	args, real := benchArgs(t, args)
+	table, rep := runReport(t, args, jsonPath, 9*time.Minute)
 	if err := rep.check(); err != nil {
 		t.Errorf("figures:\n%v", err)
 	}
 	for _, f := range rep.Figures {
-		if !strings.Contains(stdout.String(), f.Name) {
+		if !strings.Contains(table, f.Name) {
 			t.Errorf("figure %q is in the JSON but not in the table", f.Name)
 		}
 	}
-	if os.Getenv("BROKER_TEST_URL") != "" {
+	if real {
 		// The CPU accounts found the broker and PostgreSQL by their ports:
 		// always in CI (root); elsewhere /proc may hide another user's
 		// PostgreSQL, and then its share is left in "other".
@@ -101,6 +76,46 @@ func TestSmoke(t *testing.T) {
 	if rep.Machine.CPUs < 1 || rep.Command == "" {
 		t.Errorf("machine or command missing: %+v %q", rep.Machine, rep.Command)
 	}
+}
+
+// benchArgs adds the broker and database of the tests to args: those of
+// BROKER_TEST_URL and TEST_DATABASE_URL (or the local PostgreSQL) when
+// BROKER_TEST_URL is set, else the embedded broker and SQLite; real says which.
+func benchArgs(t *testing.T, args []string) (_ []string, real bool) {
+	t.Helper()
+	u := os.Getenv("BROKER_TEST_URL")
+	if u == "" {
+		t.Log("BROKER_TEST_URL not set: embedded broker and SQLite")
+		return append(args, "-embedded"), false
+	}
+	db := os.Getenv("TEST_DATABASE_URL")
+	if db == "" {
+		db = storetest.DefaultPostgresURL
+	}
+	t.Logf("real broker %s and PostgreSQL", u)
+	return append(args, "-broker", u, "-db", db), true
+}
+
+// runReport runs the benchmark with args, which write the report to
+// jsonPath, and returns the table it printed and the report.
+func runReport(t *testing.T, args []string, jsonPath string, within time.Duration) (string, Report) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	if err := run(ctx, args, &stdout, &stderr); err != nil {
+		t.Fatalf("run: %v\nstderr:\n%s", err, stderr.String())
+	}
+	t.Logf("table:\n%s", stdout.String())
+	raw, err := os.ReadFile(jsonPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(raw, &rep); err != nil {
+		t.Fatalf("%s: %v", jsonPath, err)
+	}
+	return stdout.String(), rep
 }
 
 // TestCheckCatchesBadFigures: the smoke test's check fails on a missing, a

@@ -448,51 +448,9 @@ func (b *bench) latencyRun(ctx context.Context, key, what string, rate float64) 
 	if err != nil {
 		return err
 	}
-	path := "/v1/rooms/" + room + "/messages"
-	interval := float64(time.Second) / rate
-	start := time.Now().Add(50 * time.Millisecond)
-	jobs := make(chan int, n)
-	go func() {
-		defer close(jobs)
-		for i := range n {
-			if d := time.Until(start.Add(time.Duration(float64(i) * interval))); d > 0 {
-				select {
-				case <-ctx.Done():
-					return
-				case <-time.After(d):
-				}
-			}
-			jobs <- i
-		}
-	}()
-	var (
-		failed   atomic.Int64
-		mu       sync.Mutex
-		firstErr error
-		lastAns  time.Time
-		wg       sync.WaitGroup
-	)
-	for range max(64, b.cfg.concurrency) {
-		wg.Go(func() {
-			for i := range jobs {
-				intended := start.Add(time.Duration(float64(i) * interval))
-				body := appendEvent(nil, eventFast, i, int64(intended.Sub(b.sink.t0)))
-				err := c.call(ctx, "POST", path, body, http.StatusAccepted, nil)
-				mu.Lock()
-				lastAns = time.Now()
-				if err != nil {
-					failed.Add(1)
-					if firstErr == nil {
-						firstErr = err
-					}
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	if failed.Load() > 0 {
-		return fmt.Errorf("latency run: %d publishes failed (first: %w)", failed.Load(), firstErr)
+	start, lastAns, err := b.offerOpenLoop(ctx, []*apiClient{c}, room, rate, n)
+	if err != nil {
+		return err
 	}
 	if err := t.wait(ctx, phaseTimeout); err != nil {
 		return err
@@ -681,4 +639,58 @@ func (b *bench) isolationPhase(ctx context.Context, _ baselineResult) error {
 		Note: fmt.Sprintf("ratio to push alone; %s; %d fast + %d hanging events, PUSH_TIMEOUT %s; %d requests hung, %d deferrals",
 			method, n, h, b.cfg.pushTimeout, hung, deferred)}, "push.rate", 0)
 	return nil
+}
+
+// offerOpenLoop publishes n single events to room at rate, open loop: event
+// i is due at start + i/rate whether or not the ones before it were
+// answered, and its payload carries that intended time, from which the sink
+// computes its latency. Event i goes to clients[i mod len(clients)]. It
+// returns the start and the time of the last answer.
+func (b *bench) offerOpenLoop(ctx context.Context, clients []*apiClient, room string, rate float64, n int) (start, lastAns time.Time, err error) {
+	path := "/v1/rooms/" + room + "/messages"
+	interval := float64(time.Second) / rate
+	start = time.Now().Add(50 * time.Millisecond)
+	jobs := make(chan int, n)
+	go func() {
+		defer close(jobs)
+		for i := range n {
+			if d := time.Until(start.Add(time.Duration(float64(i) * interval))); d > 0 {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(d):
+				}
+			}
+			jobs <- i
+		}
+	}()
+	var (
+		failed   int
+		mu       sync.Mutex
+		firstErr error
+		wg       sync.WaitGroup
+	)
+	for range max(64, b.cfg.concurrency) {
+		wg.Go(func() {
+			for i := range jobs {
+				intended := start.Add(time.Duration(float64(i) * interval))
+				body := appendEvent(nil, eventFast, i, int64(intended.Sub(b.sink.t0)))
+				err := clients[i%len(clients)].call(ctx, "POST", path, body, http.StatusAccepted, nil)
+				mu.Lock()
+				lastAns = time.Now()
+				if err != nil {
+					failed++
+					if firstErr == nil {
+						firstErr = err
+					}
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	if failed > 0 {
+		return start, lastAns, fmt.Errorf("latency run: %d publishes failed (first: %w)", failed, firstErr)
+	}
+	return start, lastAns, nil
 }

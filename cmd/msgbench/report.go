@@ -65,6 +65,8 @@ type Report struct {
 	Settings   map[string]any `json:"settings"`
 	Figures    []Figure       `json:"figures"`
 	Targets    []Target       `json:"targets"`
+	// Scale holds the scale phase's runs, round by round (when it ran).
+	Scale *ScaleResult `json:"scale,omitempty"`
 }
 
 func newReport(cfg config, brokerURL string) *Report {

@@ -48,6 +48,11 @@ type service struct {
 // on a free loopback port, consuming or filling pushQueue, and waits until
 // /readyz answers 200.
 func (b *bench) startService(ctx context.Context, name, command string, pushQueue broker.Destination) (*service, error) {
+	return b.startServiceOn(ctx, b.db, name, command, pushQueue)
+}
+
+// startServiceOn is startService on the database db.
+func (b *bench) startServiceOn(ctx context.Context, db *benchDB, name, command string, pushQueue broker.Destination) (*service, error) {
 	addr, err := freeLoopbackAddr(ctx)
 	if err != nil {
 		return nil, err
@@ -63,7 +68,7 @@ func (b *bench) startService(ctx context.Context, name, command string, pushQueu
 	// isolates the run is set here and wins.
 	cmd.Env = append(os.Environ(),
 		"HTTP_ADDR="+addr,
-		"DATABASE_URL="+b.db.serviceURL,
+		"DATABASE_URL="+db.serviceURL,
 		"BROKER_URL="+b.brokerURL(),
 		"PUSH_QUEUE="+pushQueue.FQQN(),
 		"PUSH_TIMEOUT="+b.cfg.pushTimeout.String(),
