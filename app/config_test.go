@@ -125,3 +125,17 @@ func TestPasswordsNeverShown(t *testing.T) {
 		})
 	}
 }
+
+// TestSplitRolesNeedASharedBroker: an api or a dispatcher on the embedded
+// broker would never meet the other, so it refuses to start; serve runs both
+// in one process and may use it.
+func TestSplitRolesNeedASharedBroker(t *testing.T) {
+	t.Parallel()
+	for _, command := range []string{"api", "dispatcher"} {
+		env := map[string]string{"DATABASE_URL": "sqlite:" + filepath.Join(t.TempDir(), "db"), "BROKER_URL": "embedded"}
+		err := app.Main(t.Context(), command, nil, func(k string) string { return env[k] }, io.Discard)
+		if err == nil || !strings.Contains(err.Error(), "embedded broker lives inside one process") {
+			t.Errorf("%s on the embedded broker: %v, want a refusal", command, err)
+		}
+	}
+}

@@ -68,6 +68,10 @@ func Open(ctx context.Context, rawURL string, logger *slog.Logger) (Broker, erro
 	return openStomp(ctx, cfg, logger, time.Now)
 }
 
+// IsEmbedded reports whether rawURL names the in-process broker, which only
+// the process that opens it can reach.
+func IsEmbedded(rawURL string) bool { return isEmbeddedURL(rawURL) }
+
 func isEmbeddedURL(raw string) bool {
 	switch strings.TrimSpace(raw) {
 	case "", "embedded", "embedded:", "embedded://":

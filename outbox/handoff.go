@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/roomhub/messaging-api/loglimit"
 	"github.com/roomhub/messaging-api/message"
 )
 
@@ -42,7 +43,16 @@ type handoff struct {
 	refused  []Refusal
 	recWake  chan struct{}
 	inflight sync.WaitGroup
+
+	// Sends released because they waited too long in the queue come in
+	// floods when the broker is slow: one line per lapseLogInterval, then
+	// a count.
+	lapses *loglimit.Limiter[struct{}]
 }
+
+// lapseLogInterval is how often a hand-off whose sends wait too long for
+// their lease says so, with a count of those it did not log.
+const lapseLogInterval = 10 * time.Second
 
 func newHandoff(n int) *handoff {
 	return &handoff{free: n, q: make(chan handed, n), recWake: make(chan struct{}, 1)}
@@ -161,8 +171,11 @@ func (r *Relay) streamOne(ctx context.Context, x handed) {
 		// (and another relay could claim and send it too): release it for
 		// a claim, which leases it afresh.
 		<-r.sem
-		r.logger.WarnContext(ctx, "outbox relay: a handed-off send waited too long to be sent within its lease; released for a claim",
-			slog.String("send_id", x.p.ID.String()), slog.Duration("lease", r.cfg.Lease))
+		if h.lapses.Allow(struct{}{}, r.now()) {
+			r.logger.WarnContext(ctx, "outbox relay: a handed-off send waited too long to be sent within its lease; released for a claim "+
+				"(a hand-off queue longer than the broker sends within a lease: see OUTBOX_HANDOFF)",
+				slog.String("send_id", x.p.ID.String()), slog.Duration("lease", r.cfg.Lease))
+		}
 		r.recordLater(func() { h.failed = append(h.failed, x.p.ID) })
 		return
 	}
@@ -228,6 +241,7 @@ func (r *Relay) record(ctx context.Context, streamDone <-chan struct{}) {
 		case <-h.recWake:
 		case <-streamDone:
 			h.inflight.Wait()
+			h.lapses.Flush()
 			if err := r.flush(ctx); err != nil {
 				r.logger.WarnContext(ctx, "outbox relay: could not record the last handed-off sends; sent ones may go out again after their lease",
 					slog.Any("error", err))
@@ -286,6 +300,9 @@ func (r *Relay) linger(streamDone <-chan struct{}) {
 // next flush.
 func (r *Relay) flush(ctx context.Context) error {
 	h := r.hand
+	// The count of lapsed sends not logged comes with a later outcome's
+	// write, once its window ended (a lapse is itself an outcome).
+	h.lapses.Sweep(r.now())
 	h.recMu.Lock()
 	sent, sentFrom, failed, refusals := h.sent, h.sentFrom, h.failed, h.refused
 	h.sent, h.failed, h.refused = nil, nil, nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/delivery"
+	"github.com/roomhub/messaging-api/loglimit"
 	"github.com/roomhub/messaging-api/message"
 )
 
@@ -165,6 +166,10 @@ func NewRelay(cfg Config, d Deps) *Relay {
 	}
 	if cfg.HandOff > 0 {
 		r.hand = newHandoff(cfg.HandOff)
+		r.hand.lapses = loglimit.New(1, lapseLogInterval, 1, func(s loglimit.Summary[struct{}]) {
+			r.logger.Warn("outbox relay: more handed-off sends waited too long to be sent within their lease; released for a claim",
+				slog.Int("sends", s.Suppressed), slog.Time("since", s.Since))
+		})
 	}
 	if r.cfg.MaxRefusals <= 0 {
 		r.cfg.MaxRefusals = DefaultMaxRefusals
