@@ -2,19 +2,11 @@ package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"time"
 
 	"github.com/google/uuid"
-)
-
-// Error kinds of access control: 401 (no valid credentials) and 403 (valid
-// credentials, outside what they allow).
-var (
-	ErrUnauthorized = errors.New("unauthorized")
-	ErrForbidden    = errors.New("forbidden")
 )
 
 // Roles of API keys.
@@ -114,6 +106,9 @@ type RateLimitedError struct {
 }
 
 func (e *RateLimitedError) Error() string { return e.Detail }
+
+// Unwrap is the error's kind, ErrRateLimited.
+func (e *RateLimitedError) Unwrap() error { return ErrRateLimited }
 
 // retryAfterSeconds rounds d up to whole seconds, at least 1.
 func retryAfterSeconds(d time.Duration) int {

@@ -6,16 +6,8 @@ package api
 
 import (
 	"errors"
+	"net/http"
 	"strings"
-)
-
-// Error kinds. Features declare their own sentinels wrapping one of these
-// (fmt.Errorf("room %w", api.ErrNotFound)); the error handler maps the kind to
-// a status with errors.Is, so the text of the sentinel reaches the client.
-var (
-	ErrNotFound    = errors.New("not found")
-	ErrConflict    = errors.New("conflict")
-	ErrUnavailable = errors.New("temporarily unavailable")
 )
 
 // FieldError says what is wrong with one field. Field is a dotted path into the
@@ -33,6 +25,14 @@ type FieldError struct {
 type ValidationError struct {
 	Status int // 0 means 422
 	Fields []FieldError
+}
+
+// Unwrap is the error's kind: ErrMalformed for a 400, else ErrValidation.
+func (e *ValidationError) Unwrap() error {
+	if e.Status == http.StatusBadRequest {
+		return ErrMalformed
+	}
+	return ErrValidation
 }
 
 func (e *ValidationError) Error() string {

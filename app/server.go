@@ -73,6 +73,9 @@ func NewHandler(cfg Config, logger *slog.Logger, db *store.DB, b BrokerConn, rel
 	if !withAPI {
 		return e, nil
 	}
+	// Where the type URI of a problem leads: unauthenticated, like the
+	// probes, as it documents the API and holds nothing of its data.
+	e.GET(api.ProblemTypePrefix+":code", api.ProblemTypePage)
 
 	// A change committed through this process empties the publish cache
 	// before its answer leaves, so a client that publishes on receiving the

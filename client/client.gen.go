@@ -221,6 +221,72 @@ func (e NumericOperator) Valid() bool {
 	}
 }
 
+// Defines values for ProblemCode.
+const (
+	ProblemCodeAlreadyExists        ProblemCode = "already_exists"
+	ProblemCodeConflict             ProblemCode = "conflict"
+	ProblemCodeForbidden            ProblemCode = "forbidden"
+	ProblemCodeHeaderTooLarge       ProblemCode = "header_too_large"
+	ProblemCodeIdempotencyKeyReused ProblemCode = "idempotency_key_reused"
+	ProblemCodeInUse                ProblemCode = "in_use"
+	ProblemCodeInternalError        ProblemCode = "internal_error"
+	ProblemCodeInvalidState         ProblemCode = "invalid_state"
+	ProblemCodeLimitReached         ProblemCode = "limit_reached"
+	ProblemCodeMalformedRequest     ProblemCode = "malformed_request"
+	ProblemCodeMethodNotAllowed     ProblemCode = "method_not_allowed"
+	ProblemCodeNotFound             ProblemCode = "not_found"
+	ProblemCodePayloadTooLarge      ProblemCode = "payload_too_large"
+	ProblemCodeRateLimited          ProblemCode = "rate_limited"
+	ProblemCodeUnauthorized         ProblemCode = "unauthorized"
+	ProblemCodeUnavailable          ProblemCode = "unavailable"
+	ProblemCodeUnsupportedMediaType ProblemCode = "unsupported_media_type"
+	ProblemCodeValidationFailed     ProblemCode = "validation_failed"
+)
+
+// Valid indicates whether the value is a known member of the ProblemCode enum.
+func (e ProblemCode) Valid() bool {
+	switch e {
+	case ProblemCodeAlreadyExists:
+		return true
+	case ProblemCodeConflict:
+		return true
+	case ProblemCodeForbidden:
+		return true
+	case ProblemCodeHeaderTooLarge:
+		return true
+	case ProblemCodeIdempotencyKeyReused:
+		return true
+	case ProblemCodeInUse:
+		return true
+	case ProblemCodeInternalError:
+		return true
+	case ProblemCodeInvalidState:
+		return true
+	case ProblemCodeLimitReached:
+		return true
+	case ProblemCodeMalformedRequest:
+		return true
+	case ProblemCodeMethodNotAllowed:
+		return true
+	case ProblemCodeNotFound:
+		return true
+	case ProblemCodePayloadTooLarge:
+		return true
+	case ProblemCodeRateLimited:
+		return true
+	case ProblemCodeUnauthorized:
+		return true
+	case ProblemCodeUnavailable:
+		return true
+	case ProblemCodeUnsupportedMediaType:
+		return true
+	case ProblemCodeValidationFailed:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for PushAuthConfigured.
 const (
 	PushAuthConfiguredTrue PushAuthConfigured = true
@@ -1452,8 +1518,38 @@ type PrefixCondition struct {
 // PrintableId defines model for PrintableId.
 type PrintableId = string
 
-// Problem An RFC 9457 problem details document.
+// Problem An RFC 9457 problem details document. Its `code` (and its `type`, the same
+// kind as a URI) says what kind of problem it is, for code to branch on;
+// `detail` and `errors` say what exactly, for people.
 type Problem struct {
+	// Code The kind of problem, stable: new kinds may be added (a client that
+	// meets a code it does not know goes by `status`), and a kind's code
+	// never changes. Each has one status:
+	//
+	// | code | status | what it means |
+	// |---|---|---|
+	// | `malformed_request` | 400 | The body is not JSON at all (`errors` names `body`). |
+	// | `unauthorized` | 401 | No usable API key. |
+	// | `forbidden` | 403 | The key may not do this, here, or with this body. |
+	// | `not_found` | 404 | What the path (or, with `errors`, a field) names does not exist. |
+	// | `method_not_allowed` | 405 | The path has no such method (`Allow` lists those it has). |
+	// | `conflict` | 409 | A conflict with the current state that no code below describes. |
+	// | `already_exists` | 409 | A room, event type or version with this identifier or number exists. |
+	// | `in_use` | 409 | What would be deleted is still used by subscriptions. |
+	// | `invalid_state` | 409 | The resource's state or type does not allow this (TERMINATED, PENDING, PULL, ...). |
+	// | `idempotency_key_reused` | 409 | The `Idempotency-Key` was used with another body. |
+	// | `limit_reached` | 409 | The room has as many subscriptions as it may. |
+	// | `payload_too_large` | 413 | The body is over the size limit. |
+	// | `unsupported_media_type` | 415 | The body is not sent as JSON. |
+	// | `validation_failed` | 422 | Fields are invalid; `errors` names each. |
+	// | `rate_limited` | 429 | The key's publish rate limit; retry after `Retry-After`. |
+	// | `header_too_large` | 431 | The request header is over 64 KiB. |
+	// | `internal_error` | 500 | An unexpected failure, logged under the request id. |
+	// | `unavailable` | 503 | The database or broker cannot be reached; retry after `Retry-After`. |
+	//
+	// docs/api-guide.md ("Problem types") says what a client should do for each.
+	Code ProblemCode `json:"code"`
+
 	// Detail What went wrong, for a human.
 	Detail *string `json:"detail,omitempty"`
 
@@ -1469,12 +1565,43 @@ type Problem struct {
 	RequestId *string `json:"requestId,omitempty"`
 	Status    int     `json:"status"`
 
-	// Title The HTTP status text.
+	// Title A short summary of the kind, the same for every problem of the kind.
 	Title string `json:"title"`
 
-	// Type Always `about:blank`; `status` and `title` say what happened.
+	// Type The problem type: `/problems/` and the `code`, a URI relative to the
+	// request's (RFC 9457 recommends the full path for a relative type URI).
+	// It leads to the service's own page about the kind
+	// (`GET /problems/{code}`). Compare it as a string, or compare `code`.
 	Type string `json:"type"`
 }
+
+// ProblemCode The kind of problem, stable: new kinds may be added (a client that
+// meets a code it does not know goes by `status`), and a kind's code
+// never changes. Each has one status:
+//
+// | code | status | what it means |
+// |---|---|---|
+// | `malformed_request` | 400 | The body is not JSON at all (`errors` names `body`). |
+// | `unauthorized` | 401 | No usable API key. |
+// | `forbidden` | 403 | The key may not do this, here, or with this body. |
+// | `not_found` | 404 | What the path (or, with `errors`, a field) names does not exist. |
+// | `method_not_allowed` | 405 | The path has no such method (`Allow` lists those it has). |
+// | `conflict` | 409 | A conflict with the current state that no code below describes. |
+// | `already_exists` | 409 | A room, event type or version with this identifier or number exists. |
+// | `in_use` | 409 | What would be deleted is still used by subscriptions. |
+// | `invalid_state` | 409 | The resource's state or type does not allow this (TERMINATED, PENDING, PULL, ...). |
+// | `idempotency_key_reused` | 409 | The `Idempotency-Key` was used with another body. |
+// | `limit_reached` | 409 | The room has as many subscriptions as it may. |
+// | `payload_too_large` | 413 | The body is over the size limit. |
+// | `unsupported_media_type` | 415 | The body is not sent as JSON. |
+// | `validation_failed` | 422 | Fields are invalid; `errors` names each. |
+// | `rate_limited` | 429 | The key's publish rate limit; retry after `Retry-After`. |
+// | `header_too_large` | 431 | The request header is over 64 KiB. |
+// | `internal_error` | 500 | An unexpected failure, logged under the request id. |
+// | `unavailable` | 503 | The database or broker cannot be reached; retry after `Retry-After`. |
+//
+// docs/api-guide.md ("Problem types") says what a client should do for each.
+type ProblemCode string
 
 // PublishedMessage What a publish answers for one event.
 type PublishedMessage struct {
@@ -2903,40 +3030,64 @@ type Tracestate = string
 // VersionNumber defines model for VersionNumber.
 type VersionNumber = int
 
-// BadRequest An RFC 9457 problem details document.
+// BadRequest An RFC 9457 problem details document. Its `code` (and its `type`, the same
+// kind as a URI) says what kind of problem it is, for code to branch on;
+// `detail` and `errors` say what exactly, for people.
 type BadRequest = Problem
 
-// Conflict An RFC 9457 problem details document.
+// Conflict An RFC 9457 problem details document. Its `code` (and its `type`, the same
+// kind as a URI) says what kind of problem it is, for code to branch on;
+// `detail` and `errors` say what exactly, for people.
 type Conflict = Problem
 
-// Forbidden An RFC 9457 problem details document.
+// Forbidden An RFC 9457 problem details document. Its `code` (and its `type`, the same
+// kind as a URI) says what kind of problem it is, for code to branch on;
+// `detail` and `errors` say what exactly, for people.
 type Forbidden = Problem
 
-// InternalServerError An RFC 9457 problem details document.
+// InternalServerError An RFC 9457 problem details document. Its `code` (and its `type`, the same
+// kind as a URI) says what kind of problem it is, for code to branch on;
+// `detail` and `errors` say what exactly, for people.
 type InternalServerError = Problem
 
-// NotFound An RFC 9457 problem details document.
+// NotFound An RFC 9457 problem details document. Its `code` (and its `type`, the same
+// kind as a URI) says what kind of problem it is, for code to branch on;
+// `detail` and `errors` say what exactly, for people.
 type NotFound = Problem
 
-// PayloadTooLarge An RFC 9457 problem details document.
+// PayloadTooLarge An RFC 9457 problem details document. Its `code` (and its `type`, the same
+// kind as a URI) says what kind of problem it is, for code to branch on;
+// `detail` and `errors` say what exactly, for people.
 type PayloadTooLarge = Problem
 
-// RequestHeaderFieldsTooLarge An RFC 9457 problem details document.
+// RequestHeaderFieldsTooLarge An RFC 9457 problem details document. Its `code` (and its `type`, the same
+// kind as a URI) says what kind of problem it is, for code to branch on;
+// `detail` and `errors` say what exactly, for people.
 type RequestHeaderFieldsTooLarge = Problem
 
-// ServiceUnavailable An RFC 9457 problem details document.
+// ServiceUnavailable An RFC 9457 problem details document. Its `code` (and its `type`, the same
+// kind as a URI) says what kind of problem it is, for code to branch on;
+// `detail` and `errors` say what exactly, for people.
 type ServiceUnavailable = Problem
 
-// TooManyRequests An RFC 9457 problem details document.
+// TooManyRequests An RFC 9457 problem details document. Its `code` (and its `type`, the same
+// kind as a URI) says what kind of problem it is, for code to branch on;
+// `detail` and `errors` say what exactly, for people.
 type TooManyRequests = Problem
 
-// Unauthorized An RFC 9457 problem details document.
+// Unauthorized An RFC 9457 problem details document. Its `code` (and its `type`, the same
+// kind as a URI) says what kind of problem it is, for code to branch on;
+// `detail` and `errors` say what exactly, for people.
 type Unauthorized = Problem
 
-// UnprocessableEntity An RFC 9457 problem details document.
+// UnprocessableEntity An RFC 9457 problem details document. Its `code` (and its `type`, the same
+// kind as a URI) says what kind of problem it is, for code to branch on;
+// `detail` and `errors` say what exactly, for people.
 type UnprocessableEntity = Problem
 
-// UnsupportedMediaType An RFC 9457 problem details document.
+// UnsupportedMediaType An RFC 9457 problem details document. Its `code` (and its `type`, the same
+// kind as a URI) says what kind of problem it is, for code to branch on;
+// `detail` and `errors` say what exactly, for people.
 type UnsupportedMediaType = Problem
 
 // ListApiKeysParams defines parameters for ListApiKeys.
@@ -3653,6 +3804,15 @@ type ClientInterface interface {
 	//
 	// Corresponds with GET /metrics (the `GetMetrics` operationId).
 	GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// GetProblemType Document a kind of problem
+	//
+	// Where a problem's `type` (`/problems/{code}`) leads: a page for people that
+	// says what the kind of problem means and what a client should do about it. The
+	// `Problem` schema lists every code.
+	//
+	// Corresponds with GET /problems/{code} (the `GetProblemType` operationId).
+	GetProblemType(ctx context.Context, code string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetReadiness Readiness probe
 	//
@@ -4691,6 +4851,25 @@ func (c *Client) GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (
 // Corresponds with GET /metrics (the `GetMetrics` operationId).
 func (c *Client) GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetMetricsRequest(c.Server)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// GetProblemType Document a kind of problem
+//
+// Where a problem's `type` (`/problems/{code}`) leads: a page for people that
+// says what the kind of problem means and what a client should do about it. The
+// `Problem` schema lists every code.
+//
+// Corresponds with GET /problems/{code} (the `GetProblemType` operationId).
+func (c *Client) GetProblemType(ctx context.Context, code string, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetProblemTypeRequest(c.Server, code)
 	if err != nil {
 		return nil, err
 	}
@@ -6368,6 +6547,40 @@ func NewGetMetricsRequest(server string) (*http.Request, error) {
 	}
 
 	operationPath := fmt.Sprintf("/metrics")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
+	if err != nil {
+		return nil, err
+	}
+
+	return req, nil
+}
+
+// NewGetProblemTypeRequest constructs an http.Request for the GetProblemType method
+func NewGetProblemTypeRequest(server string, code string) (*http.Request, error) {
+	var err error
+
+	var pathParam0 string
+
+	pathParam0, err = runtime.StyleParamWithOptions("simple", false, "code", code, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationPath, Type: "string", Format: ""})
+	if err != nil {
+		return nil, err
+	}
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/problems/%s", pathParam0)
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -8848,6 +9061,17 @@ type ClientWithResponsesInterface interface {
 	// Corresponds with GET /metrics (the `GetMetrics` operationId).
 	GetMetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetMetricsResponse, error)
 
+	// GetProblemTypeWithResponse Document a kind of problem
+	//
+	// Where a problem's `type` (`/problems/{code}`) leads: a page for people that
+	// says what the kind of problem means and what a client should do about it. The
+	// `Problem` schema lists every code.
+	//
+	// Returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with GET /problems/{code} (the `GetProblemType` operationId).
+	GetProblemTypeWithResponse(ctx context.Context, code string, reqEditors ...RequestEditorFn) (*GetProblemTypeResponse, error)
+
 	// GetReadinessWithResponse Readiness probe
 	//
 	// Answers 200 when the database answers a ping (within 2 s), the broker is
@@ -10012,6 +10236,68 @@ func (r GetMetricsResponse) StatusCode() int {
 
 // ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
 func (r GetMetricsResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// GetProblemTypeResponse404Headers the declared response headers of an HTTP 404 response for GetProblemType
+type GetProblemTypeResponse404Headers struct {
+	XRequestId *string
+}
+
+// GetProblemTypeResponse431Headers the declared response headers of an HTTP 431 response for GetProblemType
+type GetProblemTypeResponse431Headers struct {
+	XRequestId *string
+}
+
+type GetProblemTypeResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// ApplicationproblemJSON404 the response for an HTTP 404 `application/problem+json` response
+	ApplicationproblemJSON404 *NotFound
+	// ApplicationproblemJSON431 the response for an HTTP 431 `application/problem+json` response
+	ApplicationproblemJSON431 *RequestHeaderFieldsTooLarge
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *GetProblemTypeResponse404Headers
+	// Headers431 the parsed response headers for an HTTP 431 response
+	Headers431 *GetProblemTypeResponse431Headers
+}
+
+// GetApplicationproblemJSON404 returns the response for an HTTP 404 `application/problem+json` response
+func (r GetProblemTypeResponse) GetApplicationproblemJSON404() *NotFound {
+	return r.ApplicationproblemJSON404
+}
+
+// GetApplicationproblemJSON431 returns the response for an HTTP 431 `application/problem+json` response
+func (r GetProblemTypeResponse) GetApplicationproblemJSON431() *RequestHeaderFieldsTooLarge {
+	return r.ApplicationproblemJSON431
+}
+
+// GetBody returns the raw response body bytes
+func (r GetProblemTypeResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r GetProblemTypeResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r GetProblemTypeResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r GetProblemTypeResponse) ContentType() string {
 	if r.HTTPResponse != nil {
 		return r.HTTPResponse.Header.Get("Content-Type")
 	}
@@ -17085,6 +17371,23 @@ func (c *ClientWithResponses) GetMetricsWithResponse(ctx context.Context, reqEdi
 	return ParseGetMetricsResponse(rsp)
 }
 
+// GetProblemTypeWithResponse Document a kind of problem
+//
+// Where a problem's `type` (`/problems/{code}`) leads: a page for people that
+// says what the kind of problem means and what a client should do about it. The
+// `Problem` schema lists every code.
+//
+// Returns a wrapper object for the known response body format(s).
+//
+// Corresponds with GET /problems/{code} (the `GetProblemType` operationId).
+func (c *ClientWithResponses) GetProblemTypeWithResponse(ctx context.Context, code string, reqEditors ...RequestEditorFn) (*GetProblemTypeResponse, error) {
+	rsp, err := c.GetProblemType(ctx, code, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGetProblemTypeResponse(rsp)
+}
+
 // GetReadinessWithResponse Readiness probe
 //
 // Answers 200 when the database answers a ping (within 2 s), the broker is
@@ -18595,6 +18898,62 @@ func ParseGetMetricsResponse(rsp *http.Response) (*GetMetricsResponse, error) {
 	switch {
 	case rsp.StatusCode == 431:
 		var headers GetMetricsResponse431Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers431 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseGetProblemTypeResponse parses an HTTP response from a GetProblemTypeWithResponse call
+func ParseGetProblemTypeResponse(rsp *http.Response) (*GetProblemTypeResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &GetProblemTypeResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest NotFound
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 431:
+		var dest RequestHeaderFieldsTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.ApplicationproblemJSON431 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 404:
+		var headers GetProblemTypeResponse404Headers
+		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 431:
+		var headers GetProblemTypeResponse431Headers
 		if values := rsp.Header.Values("X-Request-Id"); len(values) > 0 {
 			var value string
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Request-Id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {

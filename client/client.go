@@ -50,10 +50,14 @@ func BearerAuth(key string) RequestEditorFn {
 	}
 }
 
-// Error makes a problem document an error: "422 Unprocessable Entity:
-// identifier: must match ...".
+// Error makes a problem document an error: "422 Validation failed
+// (validation_failed): identifier: must match ...". Branch on p.Code, not on
+// this text.
 func (p *Problem) Error() string {
 	msg := fmt.Sprintf("%d %s", p.Status, p.Title)
+	if p.Code != "" {
+		msg += " (" + string(p.Code) + ")"
+	}
 	if p.Detail != nil && *p.Detail != "" {
 		msg += ": " + *p.Detail
 	}
@@ -72,8 +76,10 @@ type Answer interface {
 const maxDetail = 512
 
 // Check is nil for a 2xx answer. Otherwise it is the answer's problem
-// document as a *Problem, or, for an answer that carries none (from a proxy
-// in front of the service, say), a *Problem made of the status alone.
+// document as a *Problem, whose Code says what kind of problem it is
+// (ProblemCodeNotFound, ...); or, for an answer that carries none (from a
+// proxy in front of the service, say), a *Problem made of the status and
+// the body, without a code.
 func Check(a Answer) error {
 	code := a.StatusCode()
 	if code >= 200 && code < 300 {

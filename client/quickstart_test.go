@@ -35,7 +35,7 @@ func TestQuickstart(t *testing.T) {
 		anonymous := apptest.Client{T: t, Base: svc.Base}.API()
 		r, err := anonymous.ListRoomsWithResponse(ctx, nil)
 		var p *client.Problem
-		if err != nil || !errors.As(client.Check(r), &p) || p.Status != http.StatusUnauthorized || r.ApplicationproblemJSON401 == nil {
+		if err != nil || !errors.As(client.Check(r), &p) || p.Code != client.ProblemCodeUnauthorized || r.ApplicationproblemJSON401 == nil {
 			t.Fatalf("without a key: %v, %d %s", err, r.StatusCode(), r.Body)
 		}
 	})
@@ -52,6 +52,15 @@ func TestQuickstart(t *testing.T) {
 	if got := apptest.Must(t, room, err, room.JSON201); got.Identifier != "orders" || got.MessageExpiration.MustGet() != 3600000 || got.RetryPolicy.IsSpecified() && !got.RetryPolicy.IsNull() {
 		t.Fatalf("room %+v", got)
 	}
+
+	t.Run("again", func(t *testing.T) {
+		// A setup script can tell "already there" from a failure by its code.
+		r, err := c.CreateRoomWithResponse(ctx, client.RoomCreate{Identifier: "orders", ManagerIdentifier: &manager})
+		var p *client.Problem
+		if err != nil || !errors.As(client.Check(r), &p) || p.Code != client.ProblemCodeAlreadyExists || p.Type != "/problems/already_exists" {
+			t.Fatalf("the room again: %v, %d %s", err, r.StatusCode(), r.Body)
+		}
+	})
 
 	description := "A customer placed an order"
 	et, err := c.CreateEventTypeWithResponse(ctx, "orders", client.EventTypeCreate{Identifier: "order.created", Description: &description})
@@ -99,7 +108,7 @@ func TestQuickstart(t *testing.T) {
 			EventType: "order.created", Payload: json.RawMessage(`{"orderId": "A-1002"}`),
 		})
 		var p *client.Problem
-		if err != nil || !errors.As(client.Check(r), &p) || r.ApplicationproblemJSON422 == nil || p.Errors == nil ||
+		if err != nil || !errors.As(client.Check(r), &p) || p.Code != client.ProblemCodeValidationFailed || r.ApplicationproblemJSON422 == nil || p.Errors == nil ||
 			!slices.ContainsFunc(*p.Errors, func(f client.FieldError) bool { return f.Field == "payload" }) {
 			t.Fatalf("a payload without total: %v, %d %s", err, r.StatusCode(), r.Body)
 		}

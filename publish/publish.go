@@ -21,10 +21,10 @@ import (
 // Sentinel errors.
 var (
 	ErrEventNotFound  = fmt.Errorf("event %w", api.ErrNotFound)
-	ErrIdempotencyKey = fmt.Errorf("the Idempotency-Key was already used with a different request: %w", api.ErrConflict)
+	ErrIdempotencyKey = fmt.Errorf("the Idempotency-Key was already used with a different request: %w", api.ErrIdempotencyKeyReused)
 	ErrNoVersions     = fmt.Errorf("the event type has no versions yet: %w", api.ErrNotFound)
 	// ErrDuplicateKey is the store's word that an idempotency key is taken.
-	ErrDuplicateKey = fmt.Errorf("idempotency key taken: %w", api.ErrConflict)
+	ErrDuplicateKey = fmt.Errorf("idempotency key taken: %w", api.ErrIdempotencyKeyReused)
 )
 
 // Store persists events and the log.

@@ -47,7 +47,7 @@ func (c *schemaCache) get(ctx context.Context, v rooms.Version) (*rooms.Schema, 
 		// Stored before the schema limits were set: the version can take
 		// no payload, and the publisher must be told why.
 		return nil, fmt.Errorf("event type version %d: its schema exceeds the schema limits (%s); create a new version: %w",
-			v.Version, refused.Error(), api.ErrConflict)
+			v.Version, refused.Error(), api.ErrInvalidState)
 	}
 	if err != nil {
 		return nil, err

@@ -43,8 +43,8 @@ const (
 
 // Errors.
 var (
-	ErrNotPull   = fmt.Errorf("only PULL subscriptions can be pulled from: %w", api.ErrConflict)
-	ErrNotActive = fmt.Errorf("the subscription is not ACTIVE: %w", api.ErrConflict)
+	ErrNotPull   = fmt.Errorf("only PULL subscriptions can be pulled from: %w", api.ErrInvalidState)
+	ErrNotActive = fmt.Errorf("the subscription is not ACTIVE: %w", api.ErrInvalidState)
 )
 
 // Lease is a pulled message awaiting its ack.

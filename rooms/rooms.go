@@ -17,16 +17,16 @@ import (
 // Sentinel errors; the store maps its own errors onto these.
 var (
 	ErrNotFound             = fmt.Errorf("room %w", api.ErrNotFound)
-	ErrTerminated           = fmt.Errorf("the room is TERMINATED and accepts no events: %w", api.ErrConflict)
-	ErrIdentifierTaken      = fmt.Errorf("a room with this identifier already exists: %w", api.ErrConflict)
-	ErrHasSubscriptions     = fmt.Errorf("the room has subscriptions; delete them first, or use ?force=true to delete them with the room: %w", api.ErrConflict)
+	ErrTerminated           = fmt.Errorf("the room is TERMINATED and accepts no events: %w", api.ErrInvalidState)
+	ErrIdentifierTaken      = fmt.Errorf("a room with this identifier already exists: %w", api.ErrAlreadyExists)
+	ErrHasSubscriptions     = fmt.Errorf("the room has subscriptions; delete them first, or use ?force=true to delete them with the room: %w", api.ErrInUse)
 	ErrEventTypeNotFound    = fmt.Errorf("event type %w", api.ErrNotFound)
-	ErrEventTypeExists      = fmt.Errorf("an event type with this identifier already exists in the room: %w", api.ErrConflict)
-	ErrEventTypeInUse       = fmt.Errorf("the event type is used by a subscription; delete the subscription first: %w", api.ErrConflict)
+	ErrEventTypeExists      = fmt.Errorf("an event type with this identifier already exists in the room: %w", api.ErrAlreadyExists)
+	ErrEventTypeInUse       = fmt.Errorf("the event type is used by a subscription; delete the subscription first: %w", api.ErrInUse)
 	ErrVersionNotFound      = fmt.Errorf("event type version %w", api.ErrNotFound)
-	ErrVersionExists        = fmt.Errorf("this version of the event type already exists: %w", api.ErrConflict)
-	ErrVersionInUse         = fmt.Errorf("the version is used by a subscription; delete the subscription first: %w", api.ErrConflict)
-	ErrEventTypeHasVersions = fmt.Errorf("the event type has versions in use by subscriptions: %w", api.ErrConflict)
+	ErrVersionExists        = fmt.Errorf("this version of the event type already exists: %w", api.ErrAlreadyExists)
+	ErrVersionInUse         = fmt.Errorf("the version is used by a subscription; delete the subscription first: %w", api.ErrInUse)
+	ErrEventTypeHasVersions = fmt.Errorf("the event type has versions in use by subscriptions: %w", api.ErrInUse)
 )
 
 // Status of a room. A terminated room accepts no new publishes.

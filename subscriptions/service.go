@@ -429,7 +429,7 @@ func (svc *Service) Create(ctx context.Context, roomRef string, p Patch) (Subscr
 		}
 		if n >= svc.maxPerRoom {
 			return Subscription{}, fmt.Errorf("%w: room %s has %d subscriptions, the most a room may have (ROOM_MAX_SUBSCRIPTIONS); delete one first",
-				api.ErrConflict, room.ID, n)
+				api.ErrLimitReached, room.ID, n)
 		}
 	}
 	if s.Type == TypePush {
@@ -637,7 +637,7 @@ func decidable(s Subscription) error {
 	case !s.DecidedAt.IsZero():
 		was = fmt.Sprintf(" (approved by %q at %s)", s.DecidedBy, s.DecidedAt.Format(time.RFC3339))
 	}
-	return fmt.Errorf("the subscription is %s%s, not PENDING: only a PENDING subscription is approved or rejected: %w", s.Status, was, api.ErrConflict)
+	return fmt.Errorf("the subscription is %s%s, not PENDING: only a PENDING subscription is approved or rejected: %w", s.Status, was, api.ErrInvalidState)
 }
 
 // Delete deletes a subscription and, for PULL, its queue and the messages in it.

@@ -20,14 +20,14 @@ import (
 // Sentinel errors.
 var (
 	ErrNotFound   = fmt.Errorf("subscription %w", api.ErrNotFound)
-	ErrTerminated = fmt.Errorf("the subscription is TERMINATED, which is final: %w", api.ErrConflict)
-	ErrNotPush    = fmt.Errorf("only PUSH subscriptions have a signing secret: %w", api.ErrConflict)
-	ErrNoCircuit  = fmt.Errorf("only PUSH subscriptions have a circuit breaker: %w", api.ErrConflict)
-	ErrPending    = fmt.Errorf("the subscription is PENDING: it receives nothing until the room's manager approves it (POST …/subscriptions/{id}:approve): %w", api.ErrConflict)
-	ErrRejected   = fmt.Errorf("the subscription was REJECTED by the room's manager, which is final: create another one: %w", api.ErrConflict)
+	ErrTerminated = fmt.Errorf("the subscription is TERMINATED, which is final: %w", api.ErrInvalidState)
+	ErrNotPush    = fmt.Errorf("only PUSH subscriptions have a signing secret: %w", api.ErrInvalidState)
+	ErrNoCircuit  = fmt.Errorf("only PUSH subscriptions have a circuit breaker: %w", api.ErrInvalidState)
+	ErrPending    = fmt.Errorf("the subscription is PENDING: it receives nothing until the room's manager approves it (POST …/subscriptions/{id}:approve): %w", api.ErrInvalidState)
+	ErrRejected   = fmt.Errorf("the subscription was REJECTED by the room's manager, which is final: create another one: %w", api.ErrInvalidState)
 	// ErrDecided: an approval or rejection of a subscription that another
 	// one decided meanwhile.
-	ErrDecided = fmt.Errorf("the subscription was approved or rejected meanwhile: %w", api.ErrConflict)
+	ErrDecided = fmt.Errorf("the subscription was approved or rejected meanwhile: %w", api.ErrInvalidState)
 )
 
 // Type says how messages reach the subscriber.

@@ -25,7 +25,7 @@ const DefaultTestInterval = 5 * time.Second
 const maxTestsInFlight = 8
 
 // ErrTestNotPush refuses a test event to a PULL subscription.
-var ErrTestNotPush = fmt.Errorf("only PUSH subscriptions can be sent a test event: a PULL subscription's messages wait in its queue: %w", api.ErrConflict)
+var ErrTestNotPush = fmt.Errorf("only PUSH subscriptions can be sent a test event: a PULL subscription's messages wait in its queue: %w", api.ErrInvalidState)
 
 // TestEvent is one test event for a subscription: not an event of its
 // room, never stored, logged as a delivery or retried.

@@ -5,6 +5,7 @@ package apitest
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -31,8 +32,11 @@ func CheckStatus(t testing.TB, rec *httptest.ResponseRecorder, want ...int) {
 	if ct := rec.Header().Get(echo.HeaderContentType); ct != api.ProblemContentType {
 		t.Fatalf("status %d with Content-Type %q", rec.Code, ct)
 	}
+	if err := CheckProblem(rec.Code, rec.Body.Bytes()); err != nil {
+		t.Fatal(err)
+	}
 	var p api.Problem
-	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil || p.Status != rec.Code {
+	if err := json.Unmarshal(rec.Body.Bytes(), &p); err != nil {
 		t.Fatalf("problem %q: %v", rec.Body, err)
 	}
 	if rec.Code == http.StatusUnprocessableEntity && len(p.Errors) == 0 {
@@ -43,6 +47,27 @@ func CheckStatus(t testing.TB, rec *httptest.ResponseRecorder, want ...int) {
 			t.Fatalf("field error without field or message: %s", rec.Body)
 		}
 	}
+}
+
+// CheckProblem says how body, the problem document of an answer with
+// status, is not one of a kind of api.Kinds: its code a kind's, its type
+// that kind's type URI, its status and title the kind's (nil when it is).
+// Every harness runs it on every problem answer, so a problem of a kind
+// outside the table (about:blank included) fails the test that met it.
+func CheckProblem(status int, body []byte) error {
+	var p api.Problem
+	if err := json.Unmarshal(body, &p); err != nil {
+		return fmt.Errorf("problem %d is not JSON: %w: %s", status, err, body)
+	}
+	k := api.KindOf(p.Code)
+	switch {
+	case k == nil:
+		return fmt.Errorf("problem %d has code %q, which is no kind of api.Kinds: %s", status, p.Code, body)
+	case p.Type != k.Type() || p.Status != status || k.Status != status || p.Title != k.Title:
+		return fmt.Errorf("problem %d: type %q, status %d, title %q; kind %s is type %q, status %d, title %q: %s",
+			status, p.Type, p.Status, p.Title, k.Code, k.Type(), k.Status, k.Title, body)
+	}
+	return nil
 }
 
 // EventuallyTimeout bounds how long Eventually waits: long enough for a slow

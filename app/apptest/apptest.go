@@ -27,6 +27,7 @@ import (
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
+	"github.com/roomhub/messaging-api/api/apitest"
 	"github.com/roomhub/messaging-api/app"
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/metrics"
@@ -333,6 +334,11 @@ func CheckSpec(method, path string, reqBody []byte, r Response) error {
 	// /readyz reports its checks as plain JSON on 503 too: probes read it.
 	if r.Status >= 400 && path != "/readyz" && !strings.HasPrefix(r.Header.Get("Content-Type"), "application/problem+json") {
 		return fmt.Errorf("%s %s: error %d has Content-Type %q, want application/problem+json", method, path, r.Status, r.Header.Get("Content-Type"))
+	}
+	if r.Status >= 400 && path != "/readyz" && method != http.MethodHead {
+		if err := apitest.CheckProblem(r.Status, r.Body); err != nil {
+			return fmt.Errorf("%s %s: %w", method, path, err)
+		}
 	}
 	req, _ := http.NewRequestWithContext(context.Background(), method, "http://api.test"+path, bytes.NewReader(reqBody))
 	if reqBody != nil {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -181,6 +182,11 @@ func (c Client) Send(method, path, body string) (int, []byte) {
 		h["Authorization"] = "Bearer " + c.Token
 	}
 	r := send(c.T, c.Base, method, path, []byte(body), h)
+	if r.Status >= 400 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/problem+json") && method != http.MethodHead {
+		if err := apitest.CheckProblem(r.Status, r.Body); err != nil {
+			c.T.Errorf("%s %s: %v", method, path, err)
+		}
+	}
 	return r.Status, r.Body
 }
 

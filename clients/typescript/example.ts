@@ -14,8 +14,13 @@ type PublishHeaders = NonNullable<operations["publishMessage"]["parameters"]["he
 /** An answer that is not 2xx, with its problem document. */
 export class ProblemError extends Error {
   constructor(readonly problem: Problem) {
-    super(`${problem.status} ${problem.title}${problem.detail ? `: ${problem.detail}` : ""}`);
+    super(`${problem.status} ${problem.title} (${problem.code})${problem.detail ? `: ${problem.detail}` : ""}`);
   }
+}
+
+/** Whether err is a problem of the kind code (say, a setup script taking already_exists as done). */
+export function isProblem(err: unknown, code: Problem["code"]): boolean {
+  return err instanceof ProblemError && err.problem.code === code;
 }
 
 /** Calls the API at base with the API key key. */
@@ -63,6 +68,8 @@ export const created: MessageInput = { eventType: "order.created", payload: { or
 export const noIdentifier: RoomCreate = { managerIdentifier: "team-a" };
 // @ts-expect-error deliveryAttempts is a number
 export const badAttempts: RoomCreate = { identifier: "orders", deliveryAttempts: "3" };
+// @ts-expect-error a problem's code is one of the spec's codes
+export const noSuchCode: Problem["code"] = "no_such_code";
 // @ts-expect-error status of a new room can only be ACTIVE
 export const terminated: RoomCreate = { identifier: "orders", status: "TERMINATED" };
 

@@ -69,6 +69,28 @@ export interface paths {
         patch?: never;
         trace?: never;
     };
+    "/problems/{code}": {
+        parameters: {
+            query?: never;
+            header?: never;
+            path?: never;
+            cookie?: never;
+        };
+        /**
+         * Document a kind of problem
+         * @description Where a problem's `type` (`/problems/{code}`) leads: a page for people that
+         *     says what the kind of problem means and what a client should do about it. The
+         *     `Problem` schema lists every code.
+         */
+        get: operations["getProblemType"];
+        put?: never;
+        post?: never;
+        delete?: never;
+        options?: never;
+        head?: never;
+        patch?: never;
+        trace?: never;
+    };
     "/v1/api-keys": {
         parameters: {
             query?: never;
@@ -1228,15 +1250,52 @@ export interface paths {
 export type webhooks = Record<string, never>;
 export interface components {
     schemas: {
-        /** @description An RFC 9457 problem details document. */
+        /**
+         * @description An RFC 9457 problem details document. Its `code` (and its `type`, the same
+         *     kind as a URI) says what kind of problem it is, for code to branch on;
+         *     `detail` and `errors` say what exactly, for people.
+         */
         Problem: {
             /**
              * Format: uri-reference
-             * @description Always `about:blank`; `status` and `title` say what happened.
-             * @default about:blank
+             * @description The problem type: `/problems/` and the `code`, a URI relative to the
+             *     request's (RFC 9457 recommends the full path for a relative type URI).
+             *     It leads to the service's own page about the kind
+             *     (`GET /problems/{code}`). Compare it as a string, or compare `code`.
+             * @example /problems/validation_failed
              */
             type: string;
-            /** @description The HTTP status text. */
+            /**
+             * @description The kind of problem, stable: new kinds may be added (a client that
+             *     meets a code it does not know goes by `status`), and a kind's code
+             *     never changes. Each has one status:
+             *
+             *     | code | status | what it means |
+             *     |---|---|---|
+             *     | `malformed_request` | 400 | The body is not JSON at all (`errors` names `body`). |
+             *     | `unauthorized` | 401 | No usable API key. |
+             *     | `forbidden` | 403 | The key may not do this, here, or with this body. |
+             *     | `not_found` | 404 | What the path (or, with `errors`, a field) names does not exist. |
+             *     | `method_not_allowed` | 405 | The path has no such method (`Allow` lists those it has). |
+             *     | `conflict` | 409 | A conflict with the current state that no code below describes. |
+             *     | `already_exists` | 409 | A room, event type or version with this identifier or number exists. |
+             *     | `in_use` | 409 | What would be deleted is still used by subscriptions. |
+             *     | `invalid_state` | 409 | The resource's state or type does not allow this (TERMINATED, PENDING, PULL, ...). |
+             *     | `idempotency_key_reused` | 409 | The `Idempotency-Key` was used with another body. |
+             *     | `limit_reached` | 409 | The room has as many subscriptions as it may. |
+             *     | `payload_too_large` | 413 | The body is over the size limit. |
+             *     | `unsupported_media_type` | 415 | The body is not sent as JSON. |
+             *     | `validation_failed` | 422 | Fields are invalid; `errors` names each. |
+             *     | `rate_limited` | 429 | The key's publish rate limit; retry after `Retry-After`. |
+             *     | `header_too_large` | 431 | The request header is over 64 KiB. |
+             *     | `internal_error` | 500 | An unexpected failure, logged under the request id. |
+             *     | `unavailable` | 503 | The database or broker cannot be reached; retry after `Retry-After`. |
+             *
+             *     docs/api-guide.md ("Problem types") says what a client should do for each.
+             * @enum {string}
+             */
+            code: "malformed_request" | "unauthorized" | "forbidden" | "not_found" | "method_not_allowed" | "conflict" | "already_exists" | "in_use" | "invalid_state" | "idempotency_key_reused" | "limit_reached" | "payload_too_large" | "unsupported_media_type" | "validation_failed" | "rate_limited" | "header_too_large" | "internal_error" | "unavailable";
+            /** @description A short summary of the kind, the same for every problem of the kind. */
             title: string;
             status: number;
             /** @description What went wrong, for a human. */
@@ -3378,8 +3437,9 @@ export interface components {
             content: {
                 /**
                  * @example {
-                 *       "type": "about:blank",
-                 *       "title": "Bad Request",
+                 *       "type": "/problems/malformed_request",
+                 *       "code": "malformed_request",
+                 *       "title": "Malformed request",
                  *       "status": 400,
                  *       "detail": "body: malformed JSON: unexpected end",
                  *       "instance": "/v1/rooms",
@@ -3410,8 +3470,9 @@ export interface components {
             content: {
                 /**
                  * @example {
-                 *       "type": "about:blank",
-                 *       "title": "Unauthorized",
+                 *       "type": "/problems/unauthorized",
+                 *       "code": "unauthorized",
+                 *       "title": "No usable API key",
                  *       "status": 401,
                  *       "detail": "unauthorized: the API key is missing, malformed, expired or revoked",
                  *       "instance": "/v1/rooms",
@@ -3439,8 +3500,9 @@ export interface components {
             content: {
                 /**
                  * @example {
-                 *       "type": "about:blank",
-                 *       "title": "Forbidden",
+                 *       "type": "/problems/forbidden",
+                 *       "code": "forbidden",
+                 *       "title": "Not allowed for this API key",
                  *       "status": 403,
                  *       "detail": "forbidden: room \"orders\" is not granted to this key",
                  *       "instance": "/v1/rooms/orders/messages",
@@ -3467,8 +3529,9 @@ export interface components {
             content: {
                 /**
                  * @example {
-                 *       "type": "about:blank",
-                 *       "title": "Not Found",
+                 *       "type": "/problems/not_found",
+                 *       "code": "not_found",
+                 *       "title": "Not found",
                  *       "status": 404,
                  *       "detail": "room not found",
                  *       "instance": "/v1/rooms/nope",
@@ -3479,16 +3542,17 @@ export interface components {
             };
         };
         /**
-         * @description The request conflicts with the current state: the identifier is taken, the
-         *     room still has subscriptions (use `force=true`), the event type or version is
-         *     used by a subscription, the subscription is TERMINATED or REJECTED (changing
-         *     it, rotating its secret, replaying its dead letters), the subscription is
-         *     PENDING (setting it ACTIVE or PAUSED: approve it instead), the subscription is
-         *     not PENDING (approving or rejecting it), the subscription is PULL (it has no
-         *     signing secret), the subscription is PUSH or not ACTIVE (pulling), the room is
-         *     TERMINATED (publishing), the `Idempotency-Key` was used with a different
-         *     request, or the room already has `ROOM_MAX_SUBSCRIPTIONS` subscriptions that
-         *     are not TERMINATED or REJECTED (creating a subscription).
+         * @description The request conflicts with the current state, and `code` says how: the
+         *     identifier or version is taken (`already_exists`); the room still has
+         *     subscriptions (use `force=true`), or the event type or version is used by a
+         *     subscription (`in_use`); the subscription is TERMINATED or REJECTED (changing
+         *     it, rotating its secret, replaying its dead letters), PENDING (setting it
+         *     ACTIVE or PAUSED: approve it instead), not PENDING (approving or rejecting
+         *     it), PULL (it has no signing secret), PUSH or not ACTIVE (pulling), or the
+         *     room is TERMINATED (publishing) (`invalid_state`); the `Idempotency-Key` was
+         *     used with a different request (`idempotency_key_reused`); or the room already
+         *     has `ROOM_MAX_SUBSCRIPTIONS` subscriptions that are not TERMINATED or REJECTED
+         *     (creating a subscription: `limit_reached`).
          */
         Conflict: {
             headers: {
@@ -3498,8 +3562,9 @@ export interface components {
             content: {
                 /**
                  * @example {
-                 *       "type": "about:blank",
-                 *       "title": "Conflict",
+                 *       "type": "/problems/already_exists",
+                 *       "code": "already_exists",
+                 *       "title": "Already exists",
                  *       "status": 409,
                  *       "detail": "a room with this identifier already exists: conflict",
                  *       "instance": "/v1/rooms",
@@ -3518,8 +3583,9 @@ export interface components {
             content: {
                 /**
                  * @example {
-                 *       "type": "about:blank",
-                 *       "title": "Request Entity Too Large",
+                 *       "type": "/problems/payload_too_large",
+                 *       "code": "payload_too_large",
+                 *       "title": "Request body too large",
                  *       "status": 413,
                  *       "detail": "Request Entity Too Large",
                  *       "instance": "/v1/rooms",
@@ -3542,8 +3608,9 @@ export interface components {
             content: {
                 /**
                  * @example {
-                 *       "type": "about:blank",
-                 *       "title": "Unsupported Media Type",
+                 *       "type": "/problems/unsupported_media_type",
+                 *       "code": "unsupported_media_type",
+                 *       "title": "Unsupported media type",
                  *       "status": 415,
                  *       "detail": "Content-Type \"text/plain\" is not JSON: send application/json",
                  *       "instance": "/v1/rooms",
@@ -3569,8 +3636,9 @@ export interface components {
             content: {
                 /**
                  * @example {
-                 *       "type": "about:blank",
-                 *       "title": "Unprocessable Entity",
+                 *       "type": "/problems/validation_failed",
+                 *       "code": "validation_failed",
+                 *       "title": "Validation failed",
                  *       "status": 422,
                  *       "detail": "The request has invalid fields.",
                  *       "instance": "/v1/rooms",
@@ -3606,8 +3674,9 @@ export interface components {
             content: {
                 /**
                  * @example {
-                 *       "type": "about:blank",
-                 *       "title": "Too Many Requests",
+                 *       "type": "/problems/rate_limited",
+                 *       "code": "rate_limited",
+                 *       "title": "Rate limit exceeded",
                  *       "status": 429,
                  *       "detail": "publish rate limit exceeded: 10 events/s with bursts of 10 for this key; retry after 100ms",
                  *       "instance": "/v1/rooms/orders/messages",
@@ -3630,8 +3699,9 @@ export interface components {
             content: {
                 /**
                  * @example {
-                 *       "type": "about:blank",
-                 *       "title": "Request Header Fields Too Large",
+                 *       "type": "/problems/header_too_large",
+                 *       "code": "header_too_large",
+                 *       "title": "Request header too large",
                  *       "status": 431,
                  *       "detail": "the request header has 70000 bytes, more than the limit of 65536",
                  *       "instance": "/v1/rooms",
@@ -3650,8 +3720,9 @@ export interface components {
             content: {
                 /**
                  * @example {
-                 *       "type": "about:blank",
-                 *       "title": "Internal Server Error",
+                 *       "type": "/problems/internal_error",
+                 *       "code": "internal_error",
+                 *       "title": "Internal error",
                  *       "status": 500,
                  *       "detail": "The server could not complete the request; it has been logged.",
                  *       "instance": "/v1/rooms",
@@ -3674,8 +3745,9 @@ export interface components {
             content: {
                 /**
                  * @example {
-                 *       "type": "about:blank",
-                 *       "title": "Service Unavailable",
+                 *       "type": "/problems/unavailable",
+                 *       "code": "unavailable",
+                 *       "title": "Temporarily unavailable",
                  *       "status": 503,
                  *       "detail": "create queue room-0190b5a8-1c2d-7e3f-8a4b-5c6d7e8f9a0b::subscription-0190b5a9-0000-7000-8000-000000000001: broker: closed: temporarily unavailable",
                  *       "instance": "/v1/rooms/orders/subscriptions",
@@ -3872,6 +3944,34 @@ export interface operations {
                     "application/json": components["schemas"]["Readiness"];
                 };
             };
+        };
+    };
+    getProblemType: {
+        parameters: {
+            query?: never;
+            header?: never;
+            path: {
+                /**
+                 * @description The kind's `code`.
+                 * @example validation_failed
+                 */
+                code: string;
+            };
+            cookie?: never;
+        };
+        requestBody?: never;
+        responses: {
+            /** @description The kind's documentation. */
+            200: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "text/html": string;
+                };
+            };
+            404: components["responses"]["NotFound"];
+            431: components["responses"]["RequestHeaderFieldsTooLarge"];
         };
     };
     listApiKeys: {
