@@ -71,12 +71,6 @@ func Main(ctx context.Context, command string, args []string, getenv func(string
 	if role != Serve && role != API && role != Dispatcher {
 		return fmt.Errorf("unknown command %q", command)
 	}
-	if role != Serve && broker.IsEmbedded(cfg.BrokerURL) {
-		// Its copies would stay in this process: an api's would never
-		// reach a dispatcher, a dispatcher would never get any.
-		return fmt.Errorf("%s: the embedded broker lives inside one process, so it cannot join an api to a dispatcher: "+
-			"set BROKER_URL to a shared broker (stomp://…), or run serve", role)
-	}
 	if cfg.MigrateOnStart {
 		if _, err := db.Migrate(ctx, logger); err != nil {
 			return fmt.Errorf("migrate: %w", err)
@@ -97,6 +91,12 @@ func Main(ctx context.Context, command string, args []string, getenv func(string
 		if err := prepareAuth(ctx, cfg, NewKeyService(db, rooms.NewService(rooms.Deps{Store: db.Rooms(), Cleanup: NoCleanup{}, Now: Clock})), logger, stderr); err != nil {
 			return err
 		}
+	}
+	if role != Serve && broker.IsEmbedded(cfg.BrokerURL) {
+		// Its copies would stay in this process: an api's would never
+		// reach a dispatcher, a dispatcher would never get any.
+		return fmt.Errorf("%s: the embedded broker lives inside one process, so it cannot join an api to a dispatcher: "+
+			"set BROKER_URL to a shared broker (stomp://…), or run serve", role)
 	}
 	b, err := broker.Open(ctx, cfg.BrokerURL, logger)
 	if err != nil {
