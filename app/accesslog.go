@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/loglimit"
@@ -86,13 +87,17 @@ func accessLog(logger *slog.Logger, now func() time.Time) echo.MiddlewareFunc {
 			if res.Status >= 400 && res.Status < 500 && level == slog.LevelInfo && !rejected.Allow(ip, start) {
 				return nil
 			}
-			attrs := make([]slog.Attr, 0, 10)
+			attrs := make([]slog.Attr, 0, 11)
 			attrs = append(attrs,
 				slog.String("method", req.Method), slog.String("route", route), slog.Int("status", res.Status),
 				slog.Duration("latency", now().Sub(start)), slog.String("request_id", res.Header().Get(echo.HeaderXRequestID)),
 				slog.Int64("bytes_out", res.Size), slog.String("remote_ip", ip))
 			if caller := api.CallerFrom(ctx); caller != nil {
 				attrs = append(attrs, slog.String("api_key_id", caller.KeyID.String()))
+			}
+			if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+				// Tracing is on: the request's span.
+				attrs = append(attrs, slog.String("trace_id", sc.TraceID().String()))
 			}
 			switch {
 			case err == nil:

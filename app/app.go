@@ -16,6 +16,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/labstack/echo/v4"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/broker"
@@ -46,7 +48,7 @@ var Commands = []string{string(Serve), string(API), string(Dispatcher), "migrate
 
 // Main reads the configuration (flags from args), and runs command (one of
 // Commands) until ctx is done.
-func Main(ctx context.Context, command string, args []string, getenv func(string) string, stderr io.Writer) error {
+func Main(ctx context.Context, command string, args []string, getenv func(string) string, stderr io.Writer, opts ...Option) error {
 	cfg, err := LoadConfig(args, getenv, stderr)
 	if err != nil {
 		return err
@@ -98,12 +100,60 @@ func Main(ctx context.Context, command string, args []string, getenv func(string
 		return fmt.Errorf("%s: the embedded broker lives inside one process, so it cannot join an api to a dispatcher: "+
 			"set BROKER_URL to a shared broker (stomp://…), or run serve", role)
 	}
+	o := buildOptions(opts)
+	if o.tracer == nil {
+		tp, stop, err := startTracing(ctx, cfg.Tracing, role)
+		if err != nil {
+			return err
+		}
+		// After Run: every span of the process has ended by then.
+		defer flushTracing(stop, logger)
+		if tp != nil {
+			otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+				logger.Warn("tracing: exporting spans failed", slog.Any("error", err))
+			}))
+		}
+		opts = append(opts, WithTracerProvider(tp))
+	}
 	b, err := broker.Open(ctx, cfg.BrokerURL, logger)
 	if err != nil {
 		return fmt.Errorf("broker: %w", err)
 	}
 	defer b.Close()
-	return New(cfg, role, db, b, logger).Run(ctx)
+	return New(cfg, role, db, b, logger, opts...).Run(ctx)
+}
+
+// Option changes how Main, New or NewHandler build a process.
+type Option func(*options)
+
+type options struct {
+	// tracer makes the process's spans; nil: tracing is off.
+	tracer trace.TracerProvider
+}
+
+// WithTracerProvider makes the process's spans with tp instead of what the
+// OTEL_* settings install (nil: none), as tests do with an in-memory
+// exporter; the caller flushes it.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.tracer = tp }
+}
+
+func buildOptions(opts []Option) options {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return o
+}
+
+// flushTracing exports the spans still buffered and stops the exporters,
+// waiting flushTimeout at most.
+func flushTracing(stop func(context.Context) error, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+	defer cancel()
+	if err := stop(ctx); err != nil {
+		logger.Warn("tracing: flushing spans at shutdown failed", slog.Any("error", err))
+	}
 }
 
 // App is one process: its HTTP handler and the workers its role runs.
@@ -122,11 +172,12 @@ type App struct {
 }
 
 // New builds the process of role from cfg over db and b.
-func New(cfg Config, role Role, db *store.DB, b broker.Broker, logger *slog.Logger) *App {
+func New(cfg Config, role Role, db *store.DB, b broker.Broker, logger *slog.Logger, opts ...Option) *App {
 	db = db.WithKeyring(cfg.PushAuth.Keyring())
+	o := buildOptions(opts)
 	m := metrics.New(metrics.Options{RoomLabel: cfg.Metrics.RoomLabel})
 	relay := outbox.NewRelay(cfg.Outbox.Relay, outbox.Deps{
-		Store: db.Events(), Broker: b, Vacuum: db.Events(), Now: Clock, Logger: logger, Observer: m,
+		Store: db.Events(), Broker: b, Vacuum: db.Events(), Now: Clock, Logger: logger, Observer: m, Tracer: o.tracer,
 	})
 	a := &App{cfg: cfg, logger: logger, broker: b, metrics: m, relay: relay}
 	withAPI := role != Dispatcher
@@ -138,10 +189,10 @@ func New(cfg Config, role Role, db *store.DB, b broker.Broker, logger *slog.Logg
 			Broker: b, Directory: db.Push(), Log: db.Push(), Batches: db.Push(),
 			Client: push.NewHTTPClient(cfg.Push.Timeout, cfg.PushTarget), Now: Clock, Logger: logger,
 			Observer: m, Ping: db.Ping, PingEvery: time.Second, OnParkedReleased: relay.Notify,
-			Circuits: db.Push(), Pace: db.Push(),
+			Circuits: db.Push(), Pace: db.Push(), Tracer: o.tracer,
 		})
 	}
-	a.handler, a.pull = NewHandler(cfg, logger, db, b, relay, withAPI, m)
+	a.handler, a.pull = NewHandler(cfg, logger, db, b, relay, withAPI, m, opts...)
 	if withAPI && cfg.Console.Enabled {
 		a.console = NewConsole(cfg, logger, db, a.handler, m)
 	}

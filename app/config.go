@@ -51,6 +51,8 @@ type Config struct {
 	Limits          LimitsConfig
 	Metrics         MetricsConfig
 	Console         ConsoleConfig
+	// Tracing is what the OTEL_* variables say (environment only).
+	Tracing TracingConfig
 }
 
 // ConsoleConfig configures the web console.
@@ -374,6 +376,11 @@ func LoadConfig(args []string, getenv func(string) string, stderr io.Writer) (Co
 			errs = append(errs, fmt.Errorf("%s (%s=%q): %w", s.env, from, s.shown(v), err))
 		}
 	}
+	tracingCfg, err := LoadTracing(getenv)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	cfg.Tracing = tracingCfg
 	if len(errs) == 0 && cfg.Console.IdleTimeout > cfg.Console.MaxLifetime {
 		errs = append(errs, fmt.Errorf("CONSOLE_SESSION_IDLE (%v) must not exceed CONSOLE_SESSION_MAX (%v)", cfg.Console.IdleTimeout, cfg.Console.MaxLifetime))
 	}
@@ -481,6 +488,7 @@ func (c Config) LogValue() slog.Value {
 		slog.Bool("console_enabled", c.Console.Enabled),
 		slog.Duration("console_session_idle", c.Console.IdleTimeout),
 		slog.Duration("console_session_max", c.Console.MaxLifetime),
+		slog.Any("tracing", c.Tracing),
 	)
 }
 

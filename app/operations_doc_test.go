@@ -38,3 +38,19 @@ func TestOperationsDocCoversSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestOperationsDocCoversTracing: docs/operations.md lists every OTEL_*
+// variable the service reads itself.
+func TestOperationsDocCoversTracing(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(raw), "### Tracing (OpenTelemetry)")
+	for _, v := range TracingVariables {
+		if !strings.Contains(section, "| `"+v+"`") && !strings.Contains(section, ", `"+v+"` |") {
+			t.Errorf("%s is not in the tracing table of docs/operations.md", v)
+		}
+	}
+}

@@ -43,8 +43,9 @@ type RelayState interface {
 // /metrics serves; without withAPI (a dispatcher) it serves only the health
 // endpoints and /metrics. It returns the pull service too, whose lease reaper
 // the caller runs (nil without the API).
-func NewHandler(cfg Config, logger *slog.Logger, db *store.DB, b BrokerConn, relay RelayState, withAPI bool, m *metrics.Metrics) (*echo.Echo, *pull.Service) {
+func NewHandler(cfg Config, logger *slog.Logger, db *store.DB, b BrokerConn, relay RelayState, withAPI bool, m *metrics.Metrics, opts ...Option) (*echo.Echo, *pull.Service) {
 	db = db.WithKeyring(cfg.PushAuth.Keyring())
+	o := buildOptions(opts)
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
@@ -53,6 +54,9 @@ func NewHandler(cfg Config, logger *slog.Logger, db *store.DB, b BrokerConn, rel
 	e.HTTPErrorHandler = recordError(api.ErrorHandler(slog.New(slog.DiscardHandler)))
 	e.JSONSerializer = api.JSONSerializer{}
 	e.Use(middleware.RequestID())
+	if o.tracer != nil {
+		e.Use(serverSpans(o.tracer))
+	}
 	e.Use(accessLog(logger, time.Now))
 	e.Use(api.LimitHeader(api.MaxHeaderBytes))
 	e.Use(middleware.RecoverWithConfig(middleware.RecoverConfig{DisableStackAll: true, LogErrorFunc: panicError}))
@@ -108,7 +112,7 @@ func NewHandler(cfg Config, logger *slog.Logger, db *store.DB, b BrokerConn, rel
 	subscriptions.Routes(v1, subSvc)
 	pubSvc := publish.NewService(publish.Deps{
 		Catalog: catalog, Subscribers: catalog, Store: db.Events(), Batches: db.Events(), Relay: relay,
-		PushQueue: cfg.PushQueue, Now: Clock, Observer: m,
+		PushQueue: cfg.PushQueue, Now: Clock, Observer: m, Tracer: o.tracer,
 		Limits: publish.Limits{
 			MaxPayload: cfg.Limits.MaxPayload,
 			Take:       auth.NewRateLimiter(cfg.Limits.PublishRate, cfg.Limits.PublishBurst, time.Now).Take,

@@ -1619,7 +1619,7 @@ type PublishedMessage struct {
 	ExpiresAt   nullable.Nullable[time.Time] `json:"expiresAt"`
 	PublishedAt time.Time                    `json:"publishedAt"`
 
-	// Traceparent The event's W3C trace context, the request's `traceparent` or the one of the new trace started for it.
+	// Traceparent The event's W3C trace context, the request's `traceparent` or the one of the new trace started for it (with tracing on, the event's own span in that trace).
 	Traceparent *string `json:"traceparent,omitempty"`
 }
 
@@ -1670,7 +1670,7 @@ type PulledMessage struct {
 	// PublishedAt When the event was published.
 	PublishedAt time.Time `json:"publishedAt"`
 
-	// Traceparent The publish's W3C trace context; start the consumer's span as its child.
+	// Traceparent The W3C trace context of the copy, in the publish's trace (with tracing on, it names the span that sent the copy to the broker); start the consumer's span as its child.
 	Traceparent *string `json:"traceparent,omitempty"`
 
 	// Tracestate The publish's W3C trace state, when it had one.
@@ -3156,7 +3156,9 @@ type PublishMessageParams struct {
 	// every push attempt sends a `traceparent` with the same trace id and flags and
 	// a new parent id (one span per attempt), and pulls return it. A malformed
 	// value is ignored, as the specification asks: a new trace starts, and the
-	// answer's `traceparent` says which. Not a reason for 4xx.
+	// answer's `traceparent` says which. Not a reason for 4xx. With OpenTelemetry
+	// tracing on (docs/operations.md), the publish request's span is its child and
+	// the ids the service sends name its own spans.
 	Traceparent *Traceparent `json:"traceparent,omitempty"`
 
 	// Tracestate W3C vendor trace state, kept with a valid `traceparent` and sent with each
@@ -3180,7 +3182,9 @@ type PublishMessageBatchParams struct {
 	// every push attempt sends a `traceparent` with the same trace id and flags and
 	// a new parent id (one span per attempt), and pulls return it. A malformed
 	// value is ignored, as the specification asks: a new trace starts, and the
-	// answer's `traceparent` says which. Not a reason for 4xx.
+	// answer's `traceparent` says which. Not a reason for 4xx. With OpenTelemetry
+	// tracing on (docs/operations.md), the publish request's span is its child and
+	// the ids the service sends name its own spans.
 	Traceparent *Traceparent `json:"traceparent,omitempty"`
 
 	// Tracestate W3C vendor trace state, kept with a valid `traceparent` and sent with each

@@ -199,15 +199,23 @@ func Decode(d *broker.Delivery) Event {
 	if us, err := strconv.ParseInt(d.Headers[HeaderPublishedAt], 10, 64); err == nil {
 		ev.PublishedAt = time.UnixMicro(us).UTC()
 	}
-	if tp, ok := ParseTraceparent(d.Headers[HeaderTraceparent]); ok {
-		ev.Trace = Trace{Parent: tp, State: ParseTracestate(d.Headers[HeaderTracestate])}
-	}
+	ev.Trace = TraceOfDelivery(d)
 	for k, v := range d.Headers {
 		if name, ok := strings.CutPrefix(k, AttributePrefix); ok {
 			ev.Attributes[name] = v
 		}
 	}
 	return ev
+}
+
+// TraceOfDelivery is the trace context a delivery carries (the zero Trace
+// if its traceparent is missing or invalid).
+func TraceOfDelivery(d *broker.Delivery) Trace {
+	tp, ok := ParseTraceparent(d.Headers[HeaderTraceparent])
+	if !ok {
+		return Trace{}
+	}
+	return Trace{Parent: tp, State: ParseTracestate(d.Headers[HeaderTracestate])}
 }
 
 // RequestStartedAt is when an attempt's push request began: completed less

@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"regexp"
 	"strings"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // W3C Trace Context (https://www.w3.org/TR/trace-context/) headers, used on
@@ -145,4 +147,42 @@ func spanID(random func() uint64) string {
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], random()|1<<63) // never all zero
 	return hex.EncodeToString(b[:])
+}
+
+// SpanContext is t as an OpenTelemetry span context, marked remote (it came
+// with a request or a message); invalid when t has no valid traceparent.
+func (t Trace) SpanContext() trace.SpanContext {
+	if len(t.Parent) != 55 {
+		return trace.SpanContext{}
+	}
+	tid, err := trace.TraceIDFromHex(t.Parent[3:35])
+	if err != nil {
+		return trace.SpanContext{}
+	}
+	sid, err := trace.SpanIDFromHex(t.Parent[36:52])
+	if err != nil {
+		return trace.SpanContext{}
+	}
+	flags, err := hex.DecodeString(t.Parent[53:55])
+	if err != nil {
+		return trace.SpanContext{}
+	}
+	cfg := trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.TraceFlags(flags[0]) & trace.FlagsSampled, Remote: true}
+	if t.State != "" {
+		cfg.TraceState, _ = trace.ParseTraceState(t.State) // ParseTracestate checked it
+	}
+	return trace.NewSpanContext(cfg)
+}
+
+// TraceOf is the W3C trace context that names the span of sc: what a copy
+// carries or a push request sends for it. An invalid sc gives the zero Trace.
+func TraceOf(sc trace.SpanContext) Trace {
+	if !sc.IsValid() {
+		return Trace{}
+	}
+	flags := "00"
+	if sc.IsSampled() {
+		flags = "01"
+	}
+	return Trace{Parent: "00-" + sc.TraceID().String() + "-" + sc.SpanID().String() + "-" + flags, State: sc.TraceState().String()}
 }

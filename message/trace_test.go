@@ -103,3 +103,28 @@ func TestTraceFrom(t *testing.T) {
 		t.Error("empty trace or trace id")
 	}
 }
+
+func TestSpanContextRoundTrip(t *testing.T) {
+	t.Parallel()
+	tests := []Trace{
+		{Parent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", State: "congo=t61rcWkgMzE,rojo=00f067aa0ba902b7"},
+		{Parent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"},
+	}
+	for _, tr := range tests {
+		sc := tr.SpanContext()
+		if !sc.IsValid() || !sc.IsRemote() || sc.IsSampled() != strings.HasSuffix(tr.Parent, "-01") {
+			t.Errorf("%+v: span context %+v", tr, sc)
+		}
+		if got := TraceOf(sc); got != tr {
+			t.Errorf("TraceOf(%+v.SpanContext()) = %+v", tr, got)
+		}
+	}
+	for _, bad := range []Trace{{}, {Parent: "00-short"}, {Parent: "00-4bf92f3577b34da6a3ce929d0e0e47zz-00f067aa0ba902b7-01"}} {
+		if sc := bad.SpanContext(); sc.IsValid() {
+			t.Errorf("%+v gave a valid span context", bad)
+		}
+		if got := TraceOf(bad.SpanContext()); got != (Trace{}) {
+			t.Errorf("TraceOf of an invalid span context = %+v", got)
+		}
+	}
+}

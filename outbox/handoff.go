@@ -9,7 +9,6 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/roomhub/messaging-api/loglimit"
-	"github.com/roomhub/messaging-api/message"
 )
 
 // The hand-off: a publish stores its sends leased to this process's relay and
@@ -186,7 +185,7 @@ func (r *Relay) streamOne(ctx context.Context, x handed) {
 		// Not cancelled by a shutdown: a send cut off mid-way may have
 		// reached the broker, and would then go out twice.
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.cfg.SendTimeout)
-		err := r.broker.Send(sctx, message.Encode(x.p.Send, x.p.Event, now))
+		err := r.send(sctx, x.p, now)
 		cancel()
 		switch {
 		case refused(err):

@@ -9,11 +9,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/roomhub/messaging-api/broker"
 	"github.com/roomhub/messaging-api/delivery"
 	"github.com/roomhub/messaging-api/loglimit"
 	"github.com/roomhub/messaging-api/message"
+	"github.com/roomhub/messaging-api/tracing"
 )
 
 // Config tunes the Relay.
@@ -82,7 +84,8 @@ type Relay struct {
 	wake   chan struct{}
 	sem    chan struct{} // a slot per broker send in flight
 	obs    Observer
-	hand   *handoff // nil: no hand-off
+	hand   *handoff     // nil: no hand-off
+	tracer trace.Tracer // nil: off
 
 	mu        sync.Mutex
 	lastError error // the outcome of the main loop's last round
@@ -150,16 +153,19 @@ type Deps struct {
 	Logger *slog.Logger
 	// Observer sees what each round did; nil: nothing does.
 	Observer Observer
+	// Tracer makes a span of each send; nil: tracing is off.
+	Tracer trace.TracerProvider
 }
 
 // NewRelay returns a relay; Run starts it.
 func NewRelay(cfg Config, d Deps) *Relay {
 	r := &Relay{
 		store: d.Store, vacuum: d.Vacuum, broker: d.Broker, cfg: cfg, now: d.Now, logger: d.Logger,
-		owner: "relay-" + uuid.NewString(),
-		wake:  make(chan struct{}, 1),
-		sem:   make(chan struct{}, max(1, cfg.Concurrency)),
-		obs:   d.Observer,
+		owner:  "relay-" + uuid.NewString(),
+		wake:   make(chan struct{}, 1),
+		sem:    make(chan struct{}, max(1, cfg.Concurrency)),
+		obs:    d.Observer,
+		tracer: tracing.Tracer(d.Tracer, "outbox"),
 	}
 	if r.obs == nil {
 		r.obs = nopObserver{}
@@ -350,7 +356,7 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			sctx, cancel := context.WithTimeout(ctx, r.cfg.SendTimeout)
-			err := r.broker.Send(sctx, message.Encode(p.Send, p.Event, now))
+			err := r.send(sctx, p, now)
 			cancel()
 			mu.Lock()
 			defer mu.Unlock()
@@ -401,6 +407,11 @@ func (r *Relay) relayOnce(ctx context.Context) (int, error) {
 		firstErr = fmt.Errorf("%d sends left for a later claim: the broker is too slow to send them within their %s lease", lapsing, r.cfg.Lease)
 	}
 	return len(pending), firstErr
+}
+
+// send sends copy p to the broker, under a span of its own when tracing is on.
+func (r *Relay) send(ctx context.Context, p Pending, now time.Time) error {
+	return tracing.Send(ctx, r.tracer, r.broker, p.Send, p.Event, message.Encode(p.Send, p.Event, now))
 }
 
 // retryRecord runs write, which records outcomes of rows leased until

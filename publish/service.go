@@ -14,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/broker"
@@ -21,6 +23,7 @@ import (
 	"github.com/roomhub/messaging-api/outbox"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/subscriptions"
+	"github.com/roomhub/messaging-api/tracing"
 )
 
 // Limits on a publish request.
@@ -116,6 +119,9 @@ type Deps struct {
 	Limits    Limits
 	// Observer sees every publish; nil: nothing does.
 	Observer Observer
+	// Tracer makes a span of each event published; nil: tracing is off and
+	// each event keeps the publish request's trace context.
+	Tracer trace.TracerProvider
 }
 
 // Service publishes events.
@@ -130,12 +136,13 @@ type Service struct {
 	limits    Limits
 	obs       Observer
 	group     *outbox.GroupCommit[Batch]
+	tracer    trace.Tracer // nil: off
 }
 
 // NewService wires a Service.
 func NewService(d Deps) *Service {
 	s := &Service{catalog: d.Catalog, subs: d.Subscribers, store: d.Store, relay: d.Relay, pushQueue: d.PushQueue,
-		now: d.Now, limits: d.Limits, obs: d.Observer}
+		now: d.Now, limits: d.Limits, obs: d.Observer, tracer: tracing.Tracer(d.Tracer, "publish")}
 	if s.obs == nil {
 		s.obs = nopObserver{}
 	}
@@ -273,7 +280,10 @@ func (s *Service) Publish(ctx context.Context, ref string, inputs []Input, idemp
 	if len(sends) > 0 {
 		lease, handing = s.relay.Reserve(len(sends))
 	}
-	if err := s.save(ctx, events, sends, lease); err != nil {
+	spans := s.create(ctx, room, events)
+	err = s.save(ctx, events, sends, lease)
+	endSpans(spans, err)
+	if err != nil {
 		if handing {
 			s.relay.Unreserve(len(sends))
 		}
@@ -297,6 +307,40 @@ func (s *Service) Publish(ctx context.Context, ref string, inputs []Input, idemp
 		out[i] = Result{Event: ev}
 	}
 	return out, nil
+}
+
+// create starts a PRODUCER span for each event, under the request's span,
+// and makes its context the event's trace context: the one stored with the
+// event and carried by each of its copies. The spans last while the events
+// are stored. Nil when tracing is off: the events keep the request's trace
+// context.
+func (s *Service) create(ctx context.Context, room rooms.Room, events []message.Event) []trace.Span {
+	if s.tracer == nil {
+		return nil
+	}
+	dest := rooms.Address(room.ID)
+	spans := make([]trace.Span, len(events))
+	for i := range events {
+		_, span := s.tracer.Start(ctx, tracing.OpCreate+" "+tracing.RoomTemplate, trace.WithSpanKind(trace.SpanKindProducer))
+		if span.IsRecording() { // the attributes cost allocations: only for a sampled span
+			span.SetAttributes(append(tracing.Event(events[i]), tracing.System, semconv.MessagingOperationTypeCreate,
+				semconv.MessagingOperationName(tracing.OpCreate), semconv.MessagingDestinationName(dest),
+				semconv.MessagingDestinationTemplate(tracing.RoomTemplate), tracing.Destinations.Int(events[i].Destinations))...)
+		}
+		events[i].Trace = message.TraceOf(span.SpanContext())
+		spans[i] = span
+	}
+	return spans
+}
+
+// endSpans ends the spans of create, failed with err if it is not nil.
+func endSpans(spans []trace.Span, err error) {
+	for _, span := range spans {
+		if err != nil {
+			tracing.FailErr(span, err)
+		}
+		span.End()
+	}
 }
 
 // pendingOf pairs each send with its event.

@@ -97,6 +97,7 @@ func (s *Service) Pull(ctx context.Context, roomRef, id string, n int, wait time
 	if err != nil {
 		return nil, err
 	}
+	annotate(ctx, sub)
 	ctx, cancel := context.WithTimeout(ctx, wait+10*time.Second)
 	defer cancel()
 	bs, err := s.broker.Subscribe(ctx, sub.Queue(), broker.SubscribeOptions{Prefetch: n})
@@ -134,6 +135,7 @@ func (s *Service) Pull(ctx context.Context, roomRef, id string, n int, wait time
 		}
 		wait = linger
 	}
+	linkMessages(ctx, out)
 	return out, nil
 }
 
@@ -271,6 +273,7 @@ func (s *Service) settle(ctx context.Context, roomRef, id string, ackIDs []strin
 	if err != nil {
 		return nil, err
 	}
+	annotate(ctx, sub)
 	ids, results := parseAckIDs(ackIDs)
 	now := s.now()
 	var decided []settled

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/roomhub/messaging-api/api"
 	"github.com/roomhub/messaging-api/broker"
@@ -22,6 +23,7 @@ import (
 	"github.com/roomhub/messaging-api/retry"
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/subscriptions"
+	"github.com/roomhub/messaging-api/tracing"
 )
 
 // Directory finds a subscription with its room (the store is one).
@@ -182,6 +184,9 @@ type Deps struct {
 	// circuit breaker, no rate limit.
 	Circuits Circuits
 	Pace     Pace
+	// Tracer makes the spans of each delivery (see tracing.go); nil:
+	// tracing is off.
+	Tracer trace.TracerProvider
 }
 
 // Dispatcher consumes the push queue and delivers to push URLs.
@@ -209,20 +214,25 @@ type Dispatcher struct {
 	pacer    *pacer    // nil: no rate limit
 	// failures caps the lines about failed attempts per subscription.
 	failures *loglimit.Limiter[uuid.UUID]
+	tracer   trace.Tracer // nil: off
+	// processName names the process span of each message.
+	processName string
 }
 
 // New returns a Dispatcher; Run starts it.
 func New(cfg Config, d Deps) *Dispatcher {
 	p := &Dispatcher{
 		cfg: cfg, broker: d.Broker, dir: d.Directory, log: d.Log, client: d.Client, now: d.Now, logger: d.Logger,
-		owner:    "dispatcher-" + uuid.NewString(),
-		cache:    targetCache{ttl: cfg.CacheTTL, m: map[uuid.UUID]cachedTarget{}},
-		policy:   retry.For,
-		rand:     rand.Float64,
-		spanRand: rand.Uint64,
-		obs:      d.Observer,
-		gate:     newGate(d.Ping, d.PingEvery),
-		parking:  outbox.NewParking(d.Log, cfg.DeferDelay, d.OnParkedReleased, d.Now, d.Logger),
+		owner:       "dispatcher-" + uuid.NewString(),
+		cache:       targetCache{ttl: cfg.CacheTTL, m: map[uuid.UUID]cachedTarget{}},
+		policy:      retry.For,
+		rand:        rand.Float64,
+		spanRand:    rand.Uint64,
+		obs:         d.Observer,
+		gate:        newGate(d.Ping, d.PingEvery),
+		parking:     outbox.NewParking(d.Log, cfg.DeferDelay, d.OnParkedReleased, d.Now, d.Logger),
+		tracer:      tracing.Tracer(d.Tracer, "push"),
+		processName: tracing.OpProcess + " " + cfg.Queue.FQQN(),
 	}
 	if p.obs == nil {
 		p.obs = nopObserver{}
@@ -255,6 +265,8 @@ type job struct {
 	// slot is the request slot reserved for the job under its
 	// subscription's delivery rate while it sleeps until then.
 	slot time.Time
+	// span is the job's process span while it is handled (tracing on).
+	span trace.Span
 }
 
 // Run consumes until ctx is done, then stops taking messages, lets in-flight
@@ -376,9 +388,18 @@ func (p *Dispatcher) deferSlow(ctx context.Context, sched *scheduler, j *job) {
 	}
 	delay := p.slowDelay(held, stuck, expiresIn)
 	sched.deferredFor(j.key, delay)
-	go p.retryUntilDone(ctx, j, func(context.Context) (decision, error) {
-		return p.requeue(j, delay, "deferred: the subscription is slow and has too many messages in flight", deferSlow), nil
-	})
+	go func() {
+		if j.span != nil {
+			// Taken before, then put to sleep for its turn under a rate.
+			ctx = trace.ContextWithSpan(ctx, j.span)
+		}
+		p.retryUntilDone(ctx, j, func(context.Context) (decision, error) {
+			dec := p.requeue(j, delay, "deferred: the subscription is slow and has too many messages in flight", deferSlow)
+			j.decided(dec)
+			return dec, nil
+		})
+		j.endProcess()
+	}()
 }
 
 // Reasons a message is re-queued without an attempt.
@@ -415,9 +436,10 @@ type decision struct {
 // delivery rate (0 once j is settled): j is then neither attempted nor
 // settled, and the caller puts it back to sleep.
 func (p *Dispatcher) handle(ctx context.Context, sched *scheduler, j *job) time.Duration {
-	return p.retryUntilDone(ctx, j, func(ctx context.Context) (decision, error) {
+	wait := p.retryUntilDone(p.startProcess(ctx, j), j, func(ctx context.Context) (decision, error) {
 		dec, err := p.deliver(ctx, j)
 		if err == nil && dec.wait == 0 {
+			j.decided(dec)
 			sched.done(j)
 			if a := dec.s.Attempt; a.StatusCode != 0 || a.Latency > 0 {
 				// A request was made: did it hang (see scheduler.stuckFor)?
@@ -431,6 +453,10 @@ func (p *Dispatcher) handle(ctx context.Context, sched *scheduler, j *job) time.
 		}
 		return dec, err
 	})
+	if wait == 0 {
+		j.endProcess()
+	}
+	return wait
 }
 
 // releaseParked ends the deferral of the subscription's parked copies early
@@ -567,14 +593,15 @@ func (p *Dispatcher) deliver(ctx context.Context, j *job) (decision, error) {
 		}
 	}
 
-	span := ev.Trace.Child(p.spanRand)
-	out := post(ctx, p.client, p.request(sub, ev, d, now, span), p.cfg.MaxResponseBody, p.now)
+	attemptSpan, traceparent := p.startAttempt(ctx, sub, ev, d.Attempt)
+	out := post(ctx, p.client, p.request(sub, ev, d, now, traceparent), p.cfg.MaxResponseBody, p.now)
+	endAttempt(attemptSpan, out)
 	if ctx.Err() != nil {
 		return decision{}, ctx.Err() // shutting down mid-request: leave it unacked
 	}
 	p.obs.PushRequest(out.Result.String(), out.Latency)
-	logAttrs = append(logAttrs, slog.String("traceparent", span), slog.Int("status_code", out.StatusCode))
-	failed := attemptFailure{sub: j.key, room: ev.RoomID, event: ev.ID, correlation: d.CorrelationID, traceparent: span, attempt: d.Attempt, out: &out}
+	logAttrs = append(logAttrs, slog.String("traceparent", traceparent), slog.Int("status_code", out.StatusCode))
+	failed := attemptFailure{sub: j.key, room: ev.RoomID, event: ev.ID, correlation: d.CorrelationID, traceparent: traceparent, attempt: d.Attempt, out: &out}
 	if c.b != nil && out.StatusCode == http.StatusGone && c.settings.Enabled {
 		// The endpoint is gone, perhaps for a while: open the circuit and
 		// retry the message rather than dead-letter it.
@@ -756,8 +783,7 @@ func (p *Dispatcher) settle(ctx context.Context, d *broker.Delivery, dec *decisi
 	}
 	if s.Resend != nil && !parked {
 		sentAt := p.now()
-		msg := message.Encode(*s.Resend, message.Decode(d), sentAt)
-		if err := p.broker.Send(ctx, msg); err != nil {
+		if err := p.send(ctx, *s.Resend, d, sentAt); err != nil {
 			// The row is in the outbox: the relay sends it once its claim
 			// lapses. The original can be acked all the same.
 			p.logger.WarnContext(ctx, "push: resend failed; the outbox relay will send it", slog.Any("error", err),

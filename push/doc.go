@@ -89,7 +89,9 @@
 //     until it can be stored, and is never repeated for it. Nothing is
 //     attempted, counted or dead-lettered meanwhile.
 //   - Each attempt sends the publish's W3C traceparent with a new parent id
-//     (same trace id and flags) and its tracestate.
+//     (same trace id and flags) and its tracestate. With tracing on, that id
+//     is the attempt's CLIENT span's, under the message's process span (see
+//     tracing.go).
 //   - A subscription's pushAuth credential goes with every attempt (retries
 //     and replays are attempts); it cannot replace a header the service sets
 //     (subscriptions.ReservedHeader). Whatever is recorded of an attempt (the

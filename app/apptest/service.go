@@ -83,15 +83,15 @@ func freeAddr(t testing.TB) string {
 // port with env over these defaults: SQLite in a temporary directory, the
 // embedded broker, loopback push targets allowed, push credentials sealed
 // with PushAuthKey, authentication off, a push queue of its own. It returns a client of the service, which stops
-// with the test.
-func StartService(t *testing.T, env map[string]string) Client {
+// with the test. opts go to app.Main.
+func StartService(t *testing.T, env map[string]string, opts ...app.Option) Client {
 	t.Helper()
-	c, _ := StartServiceLogs(t, env)
+	c, _ := StartServiceLogs(t, env, opts...)
 	return c
 }
 
 // StartServiceLogs is StartService that also returns the service's log.
-func StartServiceLogs(t *testing.T, env map[string]string) (Client, *SyncBuffer) {
+func StartServiceLogs(t *testing.T, env map[string]string, opts ...app.Option) (Client, *SyncBuffer) {
 	t.Helper()
 	addr := freeAddr(t)
 	full := map[string]string{
@@ -110,7 +110,7 @@ func StartServiceLogs(t *testing.T, env map[string]string) (Client, *SyncBuffer)
 	ctx, cancel := context.WithCancel(context.Background())
 	logs := &SyncBuffer{}
 	done := make(chan error, 1)
-	go func() { done <- app.Main(ctx, "serve", nil, func(k string) string { return full[k] }, logs) }()
+	go func() { done <- app.Main(ctx, "serve", nil, func(k string) string { return full[k] }, logs, opts...) }()
 	t.Cleanup(func() {
 		cancel()
 		if t.Failed() {

@@ -2872,7 +2872,7 @@ export interface components {
              */
             ackDeadline: string;
             /**
-             * @description The publish's W3C trace context; start the consumer's span as its child.
+             * @description The W3C trace context of the copy, in the publish's trace (with tracing on, it names the span that sent the copy to the broker); start the consumer's span as its child.
              * @example 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
              */
             traceparent?: string;
@@ -2983,7 +2983,7 @@ export interface components {
              */
             expiresAt: string | null;
             /**
-             * @description The event's W3C trace context, the request's `traceparent` or the one of the new trace started for it.
+             * @description The event's W3C trace context, the request's `traceparent` or the one of the new trace started for it (with tracing on, the event's own span in that trace).
              * @example 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
              */
             traceparent?: string;
@@ -3804,7 +3804,9 @@ export interface components {
          *     every push attempt sends a `traceparent` with the same trace id and flags and
          *     a new parent id (one span per attempt), and pulls return it. A malformed
          *     value is ignored, as the specification asks: a new trace starts, and the
-         *     answer's `traceparent` says which. Not a reason for 4xx.
+         *     answer's `traceparent` says which. Not a reason for 4xx. With OpenTelemetry
+         *     tracing on (docs/operations.md), the publish request's span is its child and
+         *     the ids the service sends name its own spans.
          */
         Traceparent: string;
         /**
@@ -5863,7 +5865,9 @@ export interface operations {
                  *     every push attempt sends a `traceparent` with the same trace id and flags and
                  *     a new parent id (one span per attempt), and pulls return it. A malformed
                  *     value is ignored, as the specification asks: a new trace starts, and the
-                 *     answer's `traceparent` says which. Not a reason for 4xx.
+                 *     answer's `traceparent` says which. Not a reason for 4xx. With OpenTelemetry
+                 *     tracing on (docs/operations.md), the publish request's span is its child and
+                 *     the ids the service sends name its own spans.
                  */
                 traceparent?: components["parameters"]["Traceparent"];
                 /**
@@ -5944,7 +5948,9 @@ export interface operations {
                  *     every push attempt sends a `traceparent` with the same trace id and flags and
                  *     a new parent id (one span per attempt), and pulls return it. A malformed
                  *     value is ignored, as the specification asks: a new trace starts, and the
-                 *     answer's `traceparent` says which. Not a reason for 4xx.
+                 *     answer's `traceparent` says which. Not a reason for 4xx. With OpenTelemetry
+                 *     tracing on (docs/operations.md), the publish request's span is its child and
+                 *     the ids the service sends name its own spans.
                  */
                 traceparent?: components["parameters"]["Traceparent"];
                 /**
