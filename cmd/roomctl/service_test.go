@@ -166,9 +166,9 @@ func TestRoomsEventTypesVersions(t *testing.T) {
 
 	// Refusals print the problem and exit 1.
 	res := s.run("", "rooms", "create", "bad id", "--delivery-delay", "0s")
-	if res.code != exitFailed || res.out != "" || !strings.Contains(res.err, "roomctl: 422 Unprocessable Entity: ") ||
+	if res.code != exitFailed || res.out != "" || !strings.Contains(res.err, "roomctl: 422 Validation failed: ") ||
 		!strings.Contains(res.err, "  identifier: must match") || !strings.Contains(res.err, "  deliveryDelay: must be from 1 to 604800000 ms") ||
-		!strings.Contains(res.err, "  request id: ") {
+		!strings.Contains(res.err, "  type: /problems/validation_failed\n") || !strings.Contains(res.err, "  request id: ") {
 		t.Errorf("a bad room: exit %d, stdout %q, stderr %q", res.code, res.out, res.err)
 	}
 	res = s.run("", "event-types", "versions", "create", room, "order.created", "--schema", `{"type":"object","required":"orderId"}`, "-o", "json")
@@ -177,11 +177,11 @@ func TestRoomsEventTypesVersions(t *testing.T) {
 		t.Errorf("a bad schema with -o json: exit %d, stderr %q; want the problem document", res.code, res.err)
 	}
 	res = s.run("", "rooms", "get", "no-such-room-"+room)
-	if res.code != exitFailed || !strings.Contains(res.err, "roomctl: 404 Not Found") {
+	if res.code != exitFailed || !strings.Contains(res.err, "roomctl: 404 Not found: ") || !strings.Contains(res.err, "  type: /problems/not_found\n") {
 		t.Errorf("a missing room: exit %d, stderr %q", res.code, res.err)
 	}
 	res = s.as("mapi_not-a-key-of-the-service-0123456789-0123").run("", "rooms", "list")
-	if res.code != exitFailed || !strings.Contains(res.err, "roomctl: 401 Unauthorized") {
+	if res.code != exitFailed || !strings.Contains(res.err, "roomctl: 401 ") || !strings.Contains(res.err, "  type: /problems/unauthorized\n") {
 		t.Errorf("a wrong key: exit %d, stderr %q", res.code, res.err)
 	}
 
@@ -335,7 +335,7 @@ func TestSubscriptionsAndVerify(t *testing.T) {
 	}
 
 	wantLine(t, s.ok("subscriptions", "delete", room, id), "deleted subscription "+id)
-	if res := s.run("", "subscriptions", "get", room, id); res.code != exitFailed || !strings.Contains(res.err, "404 Not Found") {
+	if res := s.run("", "subscriptions", "get", room, id); res.code != exitFailed || !strings.Contains(res.err, "404 Not found: ") {
 		t.Errorf("the deleted subscription: %+v", res)
 	}
 }
@@ -370,7 +370,7 @@ func TestApproval(t *testing.T) {
 		t.Errorf("--status pending lists:\n%s", out)
 	}
 	res := subscriber.run("", "subscriptions", "approve", room, a.Id.String())
-	if res.code != exitFailed || !strings.Contains(res.err, "403 Forbidden") {
+	if res.code != exitFailed || !strings.Contains(res.err, "type: /problems/forbidden\n") {
 		t.Errorf("a subscriber approving: exit %d, stderr %q", res.code, res.err)
 	}
 	out = s.ok("subscriptions", "approve", room, a.Id.String())
@@ -380,7 +380,7 @@ func TestApproval(t *testing.T) {
 	wantLine(t, out, `STATUS\s+REJECTED`)
 	wantLine(t, out, `REJECTION REASON\s+Only billing receives ticks.`)
 	res = s.run("", "subscriptions", "approve", room, b.Id.String())
-	if res.code != exitFailed || !strings.Contains(res.err, "409 Conflict") || !strings.Contains(res.err, "REJECTED") {
+	if res.code != exitFailed || !strings.Contains(res.err, "type: /problems/invalid_state\n") || !strings.Contains(res.err, "REJECTED") {
 		t.Errorf("approving a rejected subscription: exit %d, stderr %q", res.code, res.err)
 	}
 }
@@ -416,10 +416,10 @@ func TestPublishListenMessages(t *testing.T) {
 		t.Fatalf("publish --jsonl: exit %d\nstdout:\n%s\nstderr:\n%s", res.code, res.out, res.err)
 	}
 	wantLine(t, res.out, `line 1: published \S+ \(correlation lines-1, tick v1, 1 destinations\)`)
-	wantLine(t, res.out, `line 2: not published: 422 Unprocessable Entity; payload: got number, want string`)
+	wantLine(t, res.out, `line 2: not published: 422 Validation failed; payload: got number, want string`)
 	wantLine(t, res.out, `line 4: not published: the line is not JSON`)
 	wantLine(t, res.out, `line 5: published .*`)
-	wantLine(t, res.out, `line 6: not published: 404 Not Found; eventType: .*`)
+	wantLine(t, res.out, `line 6: not published: 404 Not found; eventType: .*`)
 	wantLine(t, res.out, `line 7: published \S+ \(correlation lines-1, order.created v1, 1 destinations\)`)
 	if n := strings.Count(res.out, "\n"); n != 6 {
 		t.Errorf("%d result lines for 6 lines:\n%s", n, res.out)
@@ -495,7 +495,7 @@ func TestPublishListenMessages(t *testing.T) {
 	var push client.Subscription
 	s.json(&push, "subscriptions", "create", room, "--push-url", hook.URL(), "--event-type", "tick")
 	res = s.run("", "listen", room, push.Id.String(), "--wait", "1s")
-	if res.code != exitFailed || !strings.Contains(res.err, "409 Conflict") {
+	if res.code != exitFailed || !strings.Contains(res.err, "type: /problems/invalid_state\n") {
 		t.Errorf("listen to a PUSH subscription: exit %d, stderr %q", res.code, res.err)
 	}
 }
