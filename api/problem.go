@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 )
@@ -92,7 +93,7 @@ func problemOf(err error) Problem {
 		}
 		return newProblem(k, detail, ve.Fields)
 	case k != nil:
-		return newProblem(k, err.Error(), nil)
+		return newProblem(k, detailOf(err, k), nil)
 	case errors.As(err, &he):
 		k := kindOfStatus(he.Code)
 		detail := http.StatusText(he.Code)
@@ -112,6 +113,22 @@ func problemOf(err error) Problem {
 	default:
 		return newProblem(ErrInternal, internalDetail, nil)
 	}
+}
+
+// detailOf is err's text without the kind's own text that its sentinels
+// add ("room is TERMINATED: conflict", "forbidden: a subscriber key may
+// not …"): the problem's code and title say the kind already.
+func detailOf(err error, k *Kind) string {
+	s := err.Error()
+	for ; k != nil; k = k.parent {
+		if t, ok := strings.CutSuffix(s, ": "+k.text); ok && t != "" {
+			return t
+		}
+		if t, ok := strings.CutPrefix(s, k.text+": "); ok && t != "" {
+			return t
+		}
+	}
+	return s
 }
 
 // internalDetail is the detail of every internal_error: the error itself is
