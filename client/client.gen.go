@@ -4611,7 +4611,8 @@ type ClientInterface interface {
 	// `ackDeadline`). A pull takes every message already waiting in the queue, up
 	// to `maxMessages`, whatever their size. With `waitMs` the request is a long
 	// poll: it waits up to that long for a first message and answers as soon as one
-	// arrives (after a few ms more to gather any that come right behind it); with
+	// arrives (gathering those that come right behind it: while each comes within
+	// 20 ms of the one before, for at most 200 ms); with
 	// none in time it answers an empty `messages`. Only an `ACTIVE` PULL
 	// subscription can be pulled from: a PUSH, `PAUSED` or `TERMINATED` one gets
 	// 409, and so does a `PENDING` one (not approved yet; its queue does not exist)
@@ -4661,7 +4662,8 @@ type ClientInterface interface {
 	// `ackDeadline`). A pull takes every message already waiting in the queue, up
 	// to `maxMessages`, whatever their size. With `waitMs` the request is a long
 	// poll: it waits up to that long for a first message and answers as soon as one
-	// arrives (after a few ms more to gather any that come right behind it); with
+	// arrives (gathering those that come right behind it: while each comes within
+	// 20 ms of the one before, for at most 200 ms); with
 	// none in time it answers an empty `messages`. Only an `ACTIVE` PULL
 	// subscription can be pulled from: a PUSH, `PAUSED` or `TERMINATED` one gets
 	// 409, and so does a `PENDING` one (not approved yet; its queue does not exist)
@@ -6207,7 +6209,8 @@ func (c *Client) Nack(ctx context.Context, roomId RoomId, subscriptionId Subscri
 // `ackDeadline`). A pull takes every message already waiting in the queue, up
 // to `maxMessages`, whatever their size. With `waitMs` the request is a long
 // poll: it waits up to that long for a first message and answers as soon as one
-// arrives (after a few ms more to gather any that come right behind it); with
+// arrives (gathering those that come right behind it: while each comes within
+// 20 ms of the one before, for at most 200 ms); with
 // none in time it answers an empty `messages`. Only an `ACTIVE` PULL
 // subscription can be pulled from: a PUSH, `PAUSED` or `TERMINATED` one gets
 // 409, and so does a `PENDING` one (not approved yet; its queue does not exist)
@@ -6267,7 +6270,8 @@ func (c *Client) PullWithBody(ctx context.Context, roomId RoomId, subscriptionId
 // `ackDeadline`). A pull takes every message already waiting in the queue, up
 // to `maxMessages`, whatever their size. With `waitMs` the request is a long
 // poll: it waits up to that long for a first message and answers as soon as one
-// arrives (after a few ms more to gather any that come right behind it); with
+// arrives (gathering those that come right behind it: while each comes within
+// 20 ms of the one before, for at most 200 ms); with
 // none in time it answers an empty `messages`. Only an `ACTIVE` PULL
 // subscription can be pulled from: a PUSH, `PAUSED` or `TERMINATED` one gets
 // 409, and so does a `PENDING` one (not approved yet; its queue does not exist)
@@ -9919,7 +9923,8 @@ type ClientWithResponsesInterface interface {
 	// `ackDeadline`). A pull takes every message already waiting in the queue, up
 	// to `maxMessages`, whatever their size. With `waitMs` the request is a long
 	// poll: it waits up to that long for a first message and answers as soon as one
-	// arrives (after a few ms more to gather any that come right behind it); with
+	// arrives (gathering those that come right behind it: while each comes within
+	// 20 ms of the one before, for at most 200 ms); with
 	// none in time it answers an empty `messages`. Only an `ACTIVE` PULL
 	// subscription can be pulled from: a PUSH, `PAUSED` or `TERMINATED` one gets
 	// 409, and so does a `PENDING` one (not approved yet; its queue does not exist)
@@ -9969,7 +9974,8 @@ type ClientWithResponsesInterface interface {
 	// `ackDeadline`). A pull takes every message already waiting in the queue, up
 	// to `maxMessages`, whatever their size. With `waitMs` the request is a long
 	// poll: it waits up to that long for a first message and answers as soon as one
-	// arrives (after a few ms more to gather any that come right behind it); with
+	// arrives (gathering those that come right behind it: while each comes within
+	// 20 ms of the one before, for at most 200 ms); with
 	// none in time it answers an empty `messages`. Only an `ACTIVE` PULL
 	// subscription can be pulled from: a PUSH, `PAUSED` or `TERMINATED` one gets
 	// 409, and so does a `PENDING` one (not approved yet; its queue does not exist)
@@ -18553,7 +18559,8 @@ func (c *ClientWithResponses) NackWithResponse(ctx context.Context, roomId RoomI
 // `ackDeadline`). A pull takes every message already waiting in the queue, up
 // to `maxMessages`, whatever their size. With `waitMs` the request is a long
 // poll: it waits up to that long for a first message and answers as soon as one
-// arrives (after a few ms more to gather any that come right behind it); with
+// arrives (gathering those that come right behind it: while each comes within
+// 20 ms of the one before, for at most 200 ms); with
 // none in time it answers an empty `messages`. Only an `ACTIVE` PULL
 // subscription can be pulled from: a PUSH, `PAUSED` or `TERMINATED` one gets
 // 409, and so does a `PENDING` one (not approved yet; its queue does not exist)
@@ -18609,7 +18616,8 @@ func (c *ClientWithResponses) PullWithBodyWithResponse(ctx context.Context, room
 // `ackDeadline`). A pull takes every message already waiting in the queue, up
 // to `maxMessages`, whatever their size. With `waitMs` the request is a long
 // poll: it waits up to that long for a first message and answers as soon as one
-// arrives (after a few ms more to gather any that come right behind it); with
+// arrives (gathering those that come right behind it: while each comes within
+// 20 ms of the one before, for at most 200 ms); with
 // none in time it answers an empty `messages`. Only an `ACTIVE` PULL
 // subscription can be pulled from: a PUSH, `PAUSED` or `TERMINATED` one gets
 // 409, and so does a `PENDING` one (not approved yet; its queue does not exist)

@@ -33,9 +33,13 @@ const (
 	MaxMessages        = 100
 	MaxWait            = 30 * time.Second
 	MaxAckIDs          = 1000
-	// linger is how long a pull that has a message waits for more before it
-	// answers: long enough to batch a burst, short enough to feel immediate.
-	linger = 20 * time.Millisecond
+	// linger is how long a pull that has a message waits for the next one
+	// before it answers: long enough to batch a burst, short enough to feel
+	// immediate. Each message that comes starts it again, up to maxLinger
+	// after the first: messages larger than the broker's consumer window
+	// allows many of come one credit round trip apart.
+	linger    = 20 * time.Millisecond
+	maxLinger = 200 * time.Millisecond
 	// handOver is how long a pull whose subscription is full waits for the
 	// deliveries the subscription already holds: a hand-off between goroutines.
 	handOver = 2 * time.Millisecond

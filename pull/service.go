@@ -190,6 +190,7 @@ func (s *Service) lease(ctx context.Context, sub subscriptions.Subscription, got
 func (s *Service) receive(ctx context.Context, bs broker.Subscription, n int, wait time.Duration) (got []*broker.Delivery, full bool) {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	var lingerEnd time.Time // maxLinger after the first message
 	for len(got) < n {
 		select {
 		case d, ok := <-bs.C():
@@ -197,11 +198,14 @@ func (s *Service) receive(ctx context.Context, bs broker.Subscription, n int, wa
 				return got, false
 			}
 			got = append(got, d)
+			if len(got) == 1 {
+				lingerEnd = time.Now().Add(maxLinger)
+			}
 			switch {
 			case bs.Full():
 				timer.Reset(handOver)
-			case len(got) == 1:
-				timer.Reset(linger)
+			default:
+				timer.Reset(max(min(linger, time.Until(lingerEnd)), 0))
 			}
 		case <-timer.C:
 			return got, bs.Full()

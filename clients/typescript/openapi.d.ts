@@ -743,7 +743,8 @@ export interface paths {
          *     `ackDeadline`). A pull takes every message already waiting in the queue, up
          *     to `maxMessages`, whatever their size. With `waitMs` the request is a long
          *     poll: it waits up to that long for a first message and answers as soon as one
-         *     arrives (after a few ms more to gather any that come right behind it); with
+         *     arrives (gathering those that come right behind it: while each comes within
+         *     20 ms of the one before, for at most 200 ms); with
          *     none in time it answers an empty `messages`. Only an `ACTIVE` PULL
          *     subscription can be pulled from: a PUSH, `PAUSED` or `TERMINATED` one gets
          *     409, and so does a `PENDING` one (not approved yet; its queue does not exist)
