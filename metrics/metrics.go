@@ -163,6 +163,9 @@ func New(opts Options) *Metrics {
 	m.circuitOpened.WithLabelValues("gone")
 	m.circuitProbes.WithLabelValues("succeeded")
 	m.circuitProbes.WithLabelValues("failed")
+	for _, r := range []string{"delivered", "retryable", "permanent"} {
+		m.pushRequests.WithLabelValues(r)
+	}
 	return m
 }
 

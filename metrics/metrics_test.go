@@ -78,3 +78,29 @@ func TestTotals(t *testing.T) {
 		t.Errorf("Totals = %+v", got)
 	}
 }
+
+// TestOutcomesStartAtZero: the outcome series exist before the first of each
+// happens, so that rate() and sums over them work from the start.
+func TestOutcomesStartAtZero(t *testing.T) {
+	t.Parallel()
+	families, err := New(Options{}).Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{
+		namespace + "_deliveries_total":              12,
+		namespace + "_outbox_relayed_total":          4,
+		namespace + "_push_request_duration_seconds": 3,
+	}
+	for _, f := range families {
+		if n, ok := want[f.GetName()]; ok {
+			if len(f.GetMetric()) != n {
+				t.Errorf("%s: %d series before anything happened, want %d", f.GetName(), len(f.GetMetric()), n)
+			}
+			delete(want, f.GetName())
+		}
+	}
+	for name := range want {
+		t.Errorf("%s: no series before anything happened", name)
+	}
+}
