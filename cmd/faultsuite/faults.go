@@ -19,9 +19,10 @@ type faultRecord struct {
 	PushStall float64 `json:"pushStallSeconds"`
 	PullStall float64 `json:"pullStallSeconds"`
 	// AcceptStall is the longest time in the same span without a 202 to a
-	// publish; SendStall without a first send of a copy to the broker (the
-	// outbox relay's, as published_messages.sent_at records them): the
-	// outbox accepts while the broker is away, the relay cannot send.
+	// publish; SendStall without a send the broker confirmed to an API
+	// process's outbox relay (its messaging_outbox_relayed_total{result="sent"}
+	// rising, read every 100 ms): the outbox accepts while the broker is
+	// away, the relay cannot send.
 	AcceptStall float64 `json:"acceptStallSeconds"`
 	SendStall   float64 `json:"sendStallSeconds"`
 	// PushDuplicates and PullDuplicates count the receipts of a publish

@@ -29,8 +29,8 @@
 // start it again (it rejoins as the passive node, synchronizes and takes
 // over again); the next round waits until the pair is synchronized again.
 // Per failover and fail-back the report gives how long no node answered
-// STOMP, how long publishing stalled (202 answers, and the relay's broker
-// sends as published_messages.sent_at records them), how long deliveries
+// STOMP, how long publishing stalled (202 answers, and the relays' sends
+// the broker confirmed, from the API processes' metrics), how long deliveries
 // stalled (push and pull) and how many duplicates arrived.
 //
 // It prints published, accepted, rejected, unknown, per subscription

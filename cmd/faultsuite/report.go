@@ -92,7 +92,7 @@ func (s *suite) report(ctx context.Context, results []result, skipped int, pub *
 			accepts = append(accepts, res.at)
 		}
 	}
-	sends := s.sendTimes(ctx)
+	sends := s.sends.snapshot()
 	for i := range r.Faults {
 		f := &r.Faults[i]
 		from, to, dupsTo := s.t0.Add(seconds(f.At)), loadEnd, time.Now()
@@ -172,31 +172,6 @@ func (s *suite) dbStats(ctx context.Context) (map[string]int, int) {
 	dead := -1
 	_ = s.pg.db.QueryRowContext(ctx, "SELECT count(*) FROM dead_letters").Scan(&dead)
 	return out, dead
-}
-
-// sendTimes are the times the relays recorded first sends of copies as
-// confirmed by the broker (attempt 1, never held: later attempts and
-// deferrals are the dispatcher's republishes); nil when the database cannot
-// say.
-func (s *suite) sendTimes(ctx context.Context) []time.Time {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	rows, err := s.pg.db.QueryContext(ctx, "SELECT sent_at FROM published_messages WHERE attempt = 1 AND held = 0 AND sent_at IS NOT NULL")
-	if err != nil {
-		return nil
-	}
-	defer rows.Close()
-	times := []time.Time{}
-	for rows.Next() {
-		var t time.Time
-		if rows.Scan(&t) == nil {
-			times = append(times, t)
-		}
-	}
-	if rows.Err() != nil {
-		return nil
-	}
-	return times
 }
 
 func round1(f float64) float64 { return float64(int64(f*10+0.5)) / 10 }

@@ -31,6 +31,7 @@ type suite struct {
 	sink        *sink
 	pub         *publisher
 	faultLog    []faultRecord
+	sends       *sendWatch // the API processes' confirmed sends, from the load's start
 }
 
 func (s *suite) logf(format string, args ...any) {
@@ -147,6 +148,9 @@ func (s *suite) load(ctx context.Context, c *apiClient, prefix, pullSub string) 
 
 	loadCtx, stopLoad := context.WithCancel(ctx)
 	defer stopLoad()
+	watchCtx, stopWatch := context.WithCancel(ctx) // until the report is made
+	defer stopWatch()
+	s.sends = s.watchSends(watchCtx, s.apis)
 	pubDone := make(chan struct{})
 	t0 := time.Now()
 	s.t0 = t0
