@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"io"
 	"os"
@@ -243,22 +242,5 @@ func TestExcuseLastExit(t *testing.T) {
 	}
 	if got := p.unexpectedExits(); len(got) != 0 {
 		t.Errorf("unexpected exits after the excuse = %q, want none", got)
-	}
-}
-
-// TestCounterValue: the send watch reads the relay's count of confirmed
-// sends from a /metrics page, and nothing from a page without it.
-func TestCounterValue(t *testing.T) {
-	page := `# HELP messaging_outbox_relayed_total Outbox rows the relay handled.
-# TYPE messaging_outbox_relayed_total counter
-messaging_outbox_relayed_total{result="failed"} 3
-messaging_outbox_relayed_total{result="sent"} 1.234e+06
-messaging_outbox_relayed_total{result="sent_late"} 7
-`
-	if v, ok := counterValue(bufio.NewScanner(strings.NewReader(page)), sentSeries); !ok || v != 1234000 {
-		t.Errorf("read %v, %v; want 1234000", v, ok)
-	}
-	if _, ok := counterValue(bufio.NewScanner(strings.NewReader("messaging_outbox_relayed_total{result=\"failed\"} 3\n")), sentSeries); ok {
-		t.Error("read a series the page does not have")
 	}
 }

@@ -1,22 +1,18 @@
 package main
 
 import (
-	"bufio"
 	"context"
+	"io"
 	"net/http"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/roomhub/messaging-api/cmd/internal/promtext"
 )
 
 // sendPoll is how often the suite reads the API processes' count of
 // confirmed sends: the precision of the send stall.
 const sendPoll = 100 * time.Millisecond
-
-// sentSeries is the series of an API process's /metrics that counts the
-// copies its outbox relay sent and the broker confirmed.
-const sentSeries = `messaging_outbox_relayed_total{result="sent"}`
 
 // sendWatch records when the relays of the API processes had sends
 // confirmed by the broker: each poll at which one's count rose. A
@@ -43,7 +39,7 @@ func (s *suite) watchSends(ctx context.Context, apis []*service) *sendWatch {
 			case now := <-t.C:
 				rose := false
 				for i, a := range apis {
-					v, ok := readCounter(ctx, hc, a.base+"/metrics", sentSeries)
+					v, ok := readSent(ctx, hc, a.base+"/metrics")
 					if !ok {
 						continue // down, or too slow to answer: the next poll reads it
 					}
@@ -73,8 +69,8 @@ func (w *sendWatch) snapshot() []time.Time {
 	return append([]time.Time{}, w.times...)
 }
 
-// readCounter reads one series' value from a Prometheus text exposition.
-func readCounter(ctx context.Context, hc *http.Client, url, series string) (float64, bool) {
+// readSent reads an API process's count of sends the broker confirmed.
+func readSent(ctx context.Context, hc *http.Client, url string) (float64, bool) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, false
@@ -84,25 +80,9 @@ func readCounter(ctx context.Context, hc *http.Client, url, series string) (floa
 		return 0, false
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	if err != nil || resp.StatusCode != http.StatusOK {
 		return 0, false
 	}
-	return counterValue(bufio.NewScanner(resp.Body), series)
-}
-
-// counterValue finds series in the exposition's lines.
-func counterValue(sc *bufio.Scanner, series string) (float64, bool) {
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if rest, ok := strings.CutPrefix(line, series+" "); ok {
-			f := strings.Fields(rest)
-			if len(f) == 0 {
-				return 0, false
-			}
-			v, err := strconv.ParseFloat(f[0], 64)
-			return v, err == nil
-		}
-	}
-	return 0, false
+	return promtext.Value(body, "messaging_outbox_relayed_total", map[string]string{"result": "sent"})
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/roomhub/messaging-api/broker"
+	"github.com/roomhub/messaging-api/cmd/internal/promtext"
 	"github.com/roomhub/messaging-api/message"
 )
 
@@ -234,7 +235,7 @@ func (s *scaler) counters(ctx context.Context, procs []*service, name string, wa
 			return nil, fmt.Errorf("%s /metrics: status %d, %w", p.name, resp.StatusCode, err)
 		}
 		// A labelled series appears with its first observation: none is 0.
-		out[i], _ = counterValue(body, name, want)
+		out[i], _ = promtext.Value(body, name, want)
 	}
 	return out, nil
 }
