@@ -1,59 +1,18 @@
 package app_test
 
 import (
-	"context"
-	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/roomhub/messaging-api/api/apitest"
 	"github.com/roomhub/messaging-api/app"
 	"github.com/roomhub/messaging-api/app/apptest"
 	"github.com/roomhub/messaging-api/metrics"
 	"github.com/roomhub/messaging-api/store"
 )
-
-// logRecorder is a slog.Handler keeping every record, at every level.
-type logRecorder struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (*logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler     { return h }
-func (h *logRecorder) WithGroup(string) slog.Handler          { return h }
-
-func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.recs = append(h.recs, r.Clone())
-	return nil
-}
-
-// take returns the records so far, with their attributes by key, and forgets them.
-func (h *logRecorder) take() ([]slog.Record, []map[string]string, string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var attrs []map[string]string
-	var text strings.Builder
-	for _, r := range h.recs {
-		m := map[string]string{}
-		fmt.Fprintf(&text, "%s %s", r.Level, r.Message)
-		r.Attrs(func(a slog.Attr) bool {
-			m[a.Key] = a.Value.String()
-			fmt.Fprintf(&text, " %s=%s", a.Key, a.Value)
-			return true
-		})
-		text.WriteByte('\n')
-		attrs = append(attrs, m)
-	}
-	recs := h.recs
-	h.recs = nil
-	return recs, attrs, text.String()
-}
 
 // TestAccessLog: a request is one line, INFO (DEBUG for the probes), with its
 // route template, status, latency, request id, size and API key id, never the
@@ -61,9 +20,9 @@ func (h *logRecorder) take() ([]slog.Record, []map[string]string, string) {
 func TestAccessLog(t *testing.T) {
 	t.Parallel()
 	f := newAuthFixture(t, store.SQLite)
-	rec := &logRecorder{}
+	rec := &apitest.LogRecorder{}
 	srv, _ := app.NewHandler(authConfig(), slog.New(rec), f.DB, &apptest.Queues{}, apptest.IdleRelay{}, true, metrics.New(metrics.Options{}))
-	rec.take() // what building the server logged
+	rec.Take() // what building the server logged
 	call := func(method, path, token string) int {
 		req := httptest.NewRequest(method, path, nil)
 		if token != "" {
@@ -75,7 +34,7 @@ func TestAccessLog(t *testing.T) {
 	}
 	one := func(t *testing.T, wantLevel slog.Level) map[string]string {
 		t.Helper()
-		recs, attrs, text := rec.take()
+		recs, attrs, text := rec.Take()
 		if len(recs) != 1 || recs[0].Message != "request" || recs[0].Level != wantLevel {
 			t.Fatalf("want one %s request line, got:\n%s", wantLevel, text)
 		}
@@ -116,7 +75,7 @@ func TestAccessLog(t *testing.T) {
 	if a := one(t, slog.LevelInfo); a["status"] != "401" || a["error"] == "" || a["api_key_id"] != "" {
 		t.Errorf("rejected request line %v", a)
 	}
-	if _, _, text := rec.take(); strings.Contains(text, "not-a-valid-key-but-secret") {
+	if _, _, text := rec.Take(); strings.Contains(text, "not-a-valid-key-but-secret") {
 		t.Errorf("the token sent was logged")
 	}
 
@@ -131,7 +90,7 @@ func TestAccessLog(t *testing.T) {
 	for range 1000 {
 		call("GET", "/v1/rooms/"+f.roomA, "bad")
 	}
-	recs, _, text := rec.take()
+	recs, _, text := rec.Take()
 	if len(recs) != 18 {
 		t.Errorf("a flood of 1000 rejected requests: %d lines, want the 18 left of 20:\n%s", len(recs), text)
 	}

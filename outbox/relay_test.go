@@ -1,11 +1,9 @@
 package outbox
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"strconv"
 	"strings"
@@ -654,11 +652,9 @@ func TestRelayHandOffLeaseTooShort(t *testing.T) {
 func TestRelayHandOffLapsesLogOnce(t *testing.T) {
 	t.Parallel()
 	o, b := newOutbox(), &sink{got: map[string]int{}}
-	var logs bytes.Buffer
-	var logMu sync.Mutex
+	logs := &apitest.LogRecorder{}
 	cfg := Config{Batch: 50, Concurrency: 8, Poll: time.Hour, Lease: time.Minute, SendTimeout: time.Second, HandOff: 100}
-	r := NewRelay(cfg, Deps{Store: o, Broker: b, Now: time.Now,
-		Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logs, mu: &logMu}, nil))})
+	r := NewRelay(cfg, Deps{Store: o, Broker: b, Now: time.Now, Logger: slog.New(logs)})
 	stop := runRelay(t, r)
 	lease, _ := r.Reserve(50)
 	lease.Until = time.Now().Add(100 * time.Millisecond) // under the relay's 1 s SendTimeout
@@ -669,27 +665,13 @@ func TestRelayHandOffLapsesLogOnce(t *testing.T) {
 	r.HandOff(lease, ps)
 	apitest.Eventually(t, "the sends, through claims", func() bool { return o.count(message.StatusSent) == 50 })
 	stop() // the count of the lines held back is written at the latest when the relay stops
-	logMu.Lock()
-	defer logMu.Unlock()
-	text := logs.String()
+	text := logs.Text()
 	if n := strings.Count(text, "a handed-off send waited too long"); n != 1 {
 		t.Errorf("%d lines for one send each, want 1:\n%s", n, text)
 	}
 	if !strings.Contains(text, "more handed-off sends waited too long") || !strings.Contains(text, "sends=49") {
 		t.Errorf("no count of the 49 others:\n%s", text)
 	}
-}
-
-// lockedWriter serialises writes to w.
-type lockedWriter struct {
-	w  io.Writer
-	mu *sync.Mutex
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 // TestRelayHandOffAfterStop: a publish that reserved before the relay

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,53 +18,6 @@ import (
 	"github.com/roomhub/messaging-api/rooms"
 	"github.com/roomhub/messaging-api/subscriptions"
 )
-
-// logRecorder is a slog.Handler keeping every record, at every level.
-type logRecorder struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (*logRecorder) Enabled(context.Context, slog.Level) bool { return true }
-func (h *logRecorder) WithAttrs([]slog.Attr) slog.Handler     { return h }
-func (h *logRecorder) WithGroup(string) slog.Handler          { return h }
-
-func (h *logRecorder) Handle(_ context.Context, r slog.Record) error {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.recs = append(h.recs, r.Clone())
-	return nil
-}
-
-// lines returns the records with message msg, and their attributes by key.
-func (h *logRecorder) lines(msg string) ([]slog.Record, []map[string]string) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var recs []slog.Record
-	var attrs []map[string]string
-	for _, r := range h.recs {
-		if r.Message != msg {
-			continue
-		}
-		m := map[string]string{}
-		r.Attrs(func(a slog.Attr) bool { m[a.Key] = a.Value.String(); return true })
-		recs, attrs = append(recs, r), append(attrs, m)
-	}
-	return recs, attrs
-}
-
-// text is every record written out, for looking for what must not be there.
-func (h *logRecorder) text() string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	var b strings.Builder
-	for _, r := range h.recs {
-		fmt.Fprintf(&b, "%s %s", r.Level, r.Message)
-		r.Attrs(func(a slog.Attr) bool { fmt.Fprintf(&b, " %s=%s", a.Key, a.Value); return true })
-		b.WriteByte('\n')
-	}
-	return b.String()
-}
 
 // oneSub is a Directory of one subscription in a room of 3 attempts.
 type oneSub struct{ sub subscriptions.Subscription }
@@ -92,7 +44,7 @@ func TestFailedAttemptsLogged(t *testing.T) {
 	t.Cleanup(target.Close)
 	queue := broker.Destination{Address: "push", Queue: "push"}
 	clock := apitest.NewClock(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
-	rec := &logRecorder{}
+	rec := &apitest.LogRecorder{}
 	setup := func(t *testing.T, url string) (*Dispatcher, func(attempt int) *job) {
 		t.Helper()
 		sub := subscriptions.Subscription{ID: uuid.New(), Type: subscriptions.TypePush, PushURL: url, Status: subscriptions.StatusActive,
@@ -116,9 +68,9 @@ func TestFailedAttemptsLogged(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		recs, attrs := rec.lines("push: attempt failed")
+		recs, attrs := rec.Lines("push: attempt failed")
 		if len(recs) != 2 {
-			t.Fatalf("%d failure lines, want 2:\n%s", len(recs), rec.text())
+			t.Fatalf("%d failure lines, want 2:\n%s", len(recs), rec.Text())
 		}
 		for i, want := range []struct{ attempt, next string }{{"1", "retry"}, {"3", "dead-lettered"}} {
 			a := attrs[i]
@@ -148,13 +100,13 @@ func TestFailedAttemptsLogged(t *testing.T) {
 		if _, err := p.deliver(ctx, j); err != nil {
 			t.Fatal(err)
 		}
-		for _, l := range strings.Split(rec.text(), "\n") {
+		for _, l := range strings.Split(rec.Text(), "\n") {
 			if strings.Contains(l, j.d.CorrelationID) && !strings.HasPrefix(l, "DEBUG push: delivered ") {
 				t.Errorf("a delivery logged other than one DEBUG line: %s", l)
 			}
 		}
-		if !strings.Contains(rec.text(), "DEBUG push: delivered correlation_id="+j.d.CorrelationID) {
-			t.Errorf("no DEBUG line for the delivery:\n%s", rec.text())
+		if !strings.Contains(rec.Text(), "DEBUG push: delivered correlation_id="+j.d.CorrelationID) {
+			t.Errorf("no DEBUG line for the delivery:\n%s", rec.Text())
 		}
 	})
 
@@ -162,13 +114,13 @@ func TestFailedAttemptsLogged(t *testing.T) {
 		p, newJob := setup(t, target.URL+"/fail")
 		sub := newJob(1).key
 		count := func() (failed, summaries int) {
-			_, attrs := rec.lines("push: attempt failed")
+			_, attrs := rec.Lines("push: attempt failed")
 			for _, a := range attrs {
 				if a["subscription_id"] == sub.String() {
 					failed++
 				}
 			}
-			_, attrs = rec.lines("push: more failed attempts not logged")
+			_, attrs = rec.Lines("push: more failed attempts not logged")
 			for _, a := range attrs {
 				if a["subscription_id"] == sub.String() {
 					summaries++
@@ -193,7 +145,7 @@ func TestFailedAttemptsLogged(t *testing.T) {
 		}
 	})
 
-	if strings.Contains(rec.text(), token) {
-		t.Errorf("the push credential was logged:\n%s", rec.text())
+	if strings.Contains(rec.Text(), token) {
+		t.Errorf("the push credential was logged:\n%s", rec.Text())
 	}
 }
